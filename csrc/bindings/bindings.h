@@ -1,0 +1,13 @@
+// Each bind_*.cpp adds one area of the core to the _core module.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace dasllama::bindings {
+
+void bind_errors(pybind11::module_& m);
+void bind_formats(pybind11::module_& m);
+void bind_gguf(pybind11::module_& m);
+void bind_cpu(pybind11::module_& m);
+
+}  // namespace dasllama::bindings

@@ -1,0 +1,9 @@
+#include "bindings/bindings.h"
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "dasllama's C++ core. Use the public API in the dasllama package instead.";
+    dasllama::bindings::bind_errors(m);
+    dasllama::bindings::bind_formats(m);
+    dasllama::bindings::bind_gguf(m);
+    dasllama::bindings::bind_cpu(m);
+}

@@ -1,0 +1,109 @@
+// Dot products for AVX-512 F/BW/VL/DQ + VNNI (built with DASLLAMA_ISA_FLAGS_avx512).
+// GCC 12's AVX-512 headers build placeholder vectors by self-initialization and then warn
+// about them (GCC bug 105593, fixed in 12.3): silence that for the header only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
+
+#include <cstring>
+
+#include "cpu/dot.h"
+
+namespace dasllama::cpu::dot {
+namespace {
+
+float hsum(__m512 v) {
+    const __m512 hi = _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(hi));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+float f32_avx512(const float* a, const float* b, int64_t n) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+        acc2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(b + i + 32), acc2);
+        acc3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(b + i + 48), acc3);
+    }
+    for (; i + 16 <= n; i += 16)
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    if (i < n) {  // masked tail: masked-off lanes are neither read nor faulted on
+        const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+        acc1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i),
+                               acc1);
+    }
+    return hsum(
+        _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+}
+
+float f16(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);  // x86 is little-endian, like the file
+    return _cvtsh_ss(h);
+}
+
+// VNNI multiplies unsigned by signed bytes. a + 128 is unsigned (flip the top bit), and
+// sum (a + 128) b - 128 sum b = sum a b, exactly, for every int8 a and b, -128 included.
+// dpbusd does not saturate; lane sums stay below 2^17.
+__m512i mul_sum_i8(__m512i a, __m512i b) {
+    const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512i zero = _mm512_setzero_si512();
+    return _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, _mm512_xor_si512(a, bias), b),
+                            _mm512_dpbusd_epi32(zero, bias, b));
+}
+
+__m256i mul_sum_i8(__m256i a, __m256i b) {
+    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+    const __m256i zero = _mm256_setzero_si256();
+    return _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, _mm256_xor_si256(a, bias), b),
+                            _mm256_dpbusd_epi32(zero, bias, b));
+}
+
+__m256i load_quants(const uint8_t* block) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+}
+
+// Two blocks' quants in one register: block 0 in the low half, block 1 in the high half.
+__m512i load_quants2(const uint8_t* block) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(load_quants(block)),
+                              load_quants(block + kQ8_0Bytes), 1);
+}
+
+float q8_0_avx512(const uint8_t* a, const uint8_t* b, int64_t n) {
+    const int64_t nb = n / kQ8_0Block;
+    __m512 acc = _mm512_setzero_ps();
+    int64_t blk = 0;
+    for (; blk + 2 <= nb; blk += 2, a += 2 * kQ8_0Bytes, b += 2 * kQ8_0Bytes) {
+        const __m512i p = mul_sum_i8(load_quants2(a), load_quants2(b));
+        const float d0 = f16(a) * f16(b), d1 = f16(a + kQ8_0Bytes) * f16(b + kQ8_0Bytes);
+        const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
+        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+    }
+    __m256 tail = _mm256_setzero_ps();
+    if (blk < nb) {
+        const __m256i p = mul_sum_i8(load_quants(a), load_quants(b));
+        tail = _mm256_mul_ps(_mm256_set1_ps(f16(a) * f16(b)), _mm256_cvtepi32_ps(p));
+    }
+    // Insert into zeros: a plain cast would leave the upper half undefined.
+    const __m512 tail512 = _mm512_insertf32x8(_mm512_setzero_ps(), tail, 0);
+    return hsum(_mm512_add_ps(acc, tail512));
+}
+
+const Kernels table{"avx512", f32_avx512, q8_0_avx512};
+
+}  // namespace
+
+const Kernels* kernels_avx512() { return &table; }
+
+}  // namespace dasllama::cpu::dot

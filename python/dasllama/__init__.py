@@ -1,0 +1,24 @@
+"""dasllama: a local inference engine for GGUF language models and speech models.
+
+The public API::
+
+    import dasllama
+    f = dasllama.gguf.open("model.gguf")     # validated, memory-mapped GGUF reader
+    dasllama.formats.dequantize("Q4_K", raw, n)
+    dasllama.models.find("smollm2")          # a model file by name or path
+    dasllama.cpu_features()                  # what this CPU offers and what dasllama uses
+"""
+
+from . import errors, formats, gguf, models
+from ._core import cpu_features as _cpu_features
+from .errors import DasllamaError
+
+__version__ = "0.1.0"
+__all__ = ["errors", "formats", "gguf", "models", "cpu_features", "DasllamaError", "__version__"]
+
+
+def cpu_features() -> dict:
+    """The CPU's instruction-set features as probed at import, and ``isa``: the kernel level
+    dasllama runs (``amx``, ``avx512``, ``avx2``, ``generic``, ``neon_dotprod``, ``neon``).
+    ``DASLLAMA_CPU_ISA`` caps that level (for example ``generic`` to rule out a SIMD kernel)."""
+    return dict(_cpu_features())

@@ -1,0 +1,32 @@
+"""The exceptions dasllama raises. Every message names the file, field, offset or value at fault.
+
+All derive from :class:`DasllamaError`; those about bad input also derive from ``ValueError``,
+so code that already catches ``ValueError`` keeps working.
+"""
+
+__all__ = ["DasllamaError", "GGUFError", "FormatError", "ShapeError", "DeviceError",
+           "ModelNotFoundError"]
+
+
+class DasllamaError(Exception):
+    """Base class of every error dasllama raises on purpose."""
+
+
+class GGUFError(DasllamaError, ValueError):
+    """A GGUF file violates the format or the reader's limits."""
+
+
+class FormatError(DasllamaError, ValueError):
+    """A tensor format cannot do what was asked (unknown type, bad length)."""
+
+
+class ShapeError(DasllamaError, ValueError):
+    """Dimensions that do not fit together."""
+
+
+class DeviceError(DasllamaError, RuntimeError):
+    """A GPU device failed or is missing."""
+
+
+class ModelNotFoundError(DasllamaError, FileNotFoundError):
+    """A model name or path that dasllama cannot find; the message says how to get it."""
