@@ -19,7 +19,7 @@ from dasllama.testing import (  # noqa: E402
 
 # Relative RMS error of a round trip through each type, for N(0, 1/fan_in) rows of 64..512,
 # measured: F16 2.1e-4, BF16 1.7e-3, Q8_0 5.3e-3, Q5_1 3.8e-2, Q5_0 4.3e-2, Q4_1 7.8e-2,
-# Q4_0 8.7e-2 (K-quants: see test_kquant_model's printout). Bars are 2-5x that, far below the
+# Q4_0 8.7e-2, Q4_K 7.0e-2, Q5_K 3.5e-2, Q6_K 1.7e-2 (test_kquant_model prints its own). Bars are 2-5x that, far below the
 # ~1.4 that a wrong row order or a wrong block's scale gives.
 REL_BAR = {"F32": 0.0, "F16": 1e-3, "BF16": 6e-3, "Q8_0": 1.5e-2, "Q5_0": 0.1, "Q5_1": 0.1,
            "Q4_0": 0.2, "Q4_1": 0.2, "Q4_K": 0.15, "Q5_K": 0.08, "Q6_K": 0.04}

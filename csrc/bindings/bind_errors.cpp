@@ -1,5 +1,7 @@
 // C++ errors become the classes of the same name in dasllama.errors.
 #include "bindings/bindings.h"
+#include <string>
+
 #include "core/errors.h"
 
 namespace py = pybind11;
@@ -10,7 +12,11 @@ namespace {
 
 void raise_as(const char* class_name, const std::exception& e) {
     py::object cls = py::module_::import("dasllama.errors").attr(class_name);
-    PyErr_SetString(cls.ptr(), e.what());
+    // Messages are ASCII by construction; decode leniently all the same.
+    const std::string msg = e.what();
+    PyObject* text = PyUnicode_DecodeUTF8(msg.data(), static_cast<Py_ssize_t>(msg.size()), "replace");
+    PyErr_SetObject(cls.ptr(), text);
+    Py_XDECREF(text);
 }
 
 }  // namespace

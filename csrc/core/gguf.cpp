@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <regex>
 
 #include "core/errors.h"
 
@@ -150,7 +149,23 @@ struct ParsedFile {
     std::vector<GGUFTensor> tensors;
 };
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+// A name from the file, quoted for a message: bytes outside printable ASCII are escaped, so
+// a damaged name cannot make the message itself invalid text.
+std::string quoted(std::string_view s) {
+    constexpr size_t kShown = 200;  // a long name is cut, its length still visible in the file
+    std::string out = "'";
+    for (size_t i = 0; i < s.size() && i < kShown; ++i) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        if (c >= 0x20 && c < 0x7F && c != '\\') {
+            out += static_cast<char>(c);
+        } else {
+            char esc[8];
+            std::snprintf(esc, sizeof esc, "\\x%02x", c);
+            out += esc;
+        }
+    }
+    return out + (s.size() > kShown ? "...'" : "'");
+}
 
 void read_alignment(const ByteSource& src, const GGUFEntry& e, uint32_t* alignment) {
     if (e.value.type != GGUFType::U32)
@@ -363,22 +378,30 @@ void GGUFFile::open_split_parts() {
                         std::to_string(count) + " is not in 1..99999");
     if (count == 1) return;
     // Parts are named like llama.cpp's gguf-split writes them: PREFIX-00001-of-00003.gguf.
-    static const std::regex part_name(R"((.*)-(\d{5})-of-(\d{5})\.gguf$)");
-    std::smatch m;
     const std::string first = path();
-    if (!std::regex_match(first, m, part_name))
+    const std::string_view suffix_pattern = "-00000-of-00000.gguf";
+    const size_t n = first.size(), k = suffix_pattern.size();
+    auto digits = [&](size_t at) {
+        for (size_t i = at; i < at + 5; ++i)
+            if (first[i] < '0' || first[i] > '9') return false;
+        return true;
+    };
+    if (n < k || first.compare(n - 14, 4, "-of-") != 0 || first.compare(n - 5, 5, ".gguf") != 0 ||
+        first[n - k] != '-' || !digits(n - k + 1) || !digits(n - 10))
         throw GGUFError(first + ": split.count is " + std::to_string(count) +
                         " but the name does not end in -00001-of-NNNNN.gguf");
-    if (std::stoll(m[2].str()) != 1)
-        throw GGUFError(first + ": is part " + m[2].str() + " of a split model; open part 00001");
-    if (std::stoll(m[3].str()) != count)
-        throw GGUFError(first + ": the name says " + m[3].str() + " parts but split.count is " +
+    const std::string prefix = first.substr(0, n - k);
+    const std::string part = first.substr(n - k + 1, 5), total = first.substr(n - 10, 5);
+    if (std::stoll(part) != 1)
+        throw GGUFError(first + ": is part " + part + " of a split model; open part 00001");
+    if (std::stoll(total) != count)
+        throw GGUFError(first + ": the name says " + total + " parts but split.count is " +
                         std::to_string(count));
     for (int64_t i = 1; i < count; ++i) {
         char suffix[32];
         std::snprintf(suffix, sizeof suffix, "-%05lld-of-%05lld.gguf",
                       static_cast<long long>(i + 1), static_cast<long long>(count));
-        parse(ByteSource::map_file(m[1].str() + suffix), static_cast<uint32_t>(i));
+        parse(ByteSource::map_file(prefix + suffix), static_cast<uint32_t>(i));
     }
     if (const GGUFEntry* total = find("split.tensors.count")) {
         if (as_int(total->value) != static_cast<int64_t>(tensors_.size()))

@@ -21,8 +21,8 @@ TEST(probe_is_one_object_across_threads) {
     for (const CpuFeatures* s : seen) CHECK(s == &cpu_features());
 
     const CpuFeatures& f = cpu_features();
-    std::printf("  isa=%s best=%s request='%s' | avx2=%d fma=%d f16c=%d bmi2=%d avx512f=%d bw=%d "
-                "vl=%d dq=%d vnni=%d bf16=%d fp16=%d amx_tile=%d int8=%d bf16=%d usable=%d | "
+    std::printf("  isa=%s best=%s request='%s' | avx2=%d fma=%d f16c=%d bmi2=%d avx512 f=%d bw=%d "
+                "vl=%d dq=%d vnni=%d bf16=%d fp16=%d | amx tile=%d int8=%d bf16=%d usable=%d | "
                 "neon=%d dotprod=%d fp16=%d i8mm=%d\n",
                 f.isa().c_str(), f.best_isa().c_str(), f.isa_request.c_str(), f.avx2, f.fma,
                 f.f16c, f.bmi2, f.avx512f, f.avx512bw, f.avx512vl, f.avx512dq, f.avx512_vnni,

@@ -166,16 +166,20 @@ void dequantize_q8_k_block(const uint8_t* block, float* y) {
 // Quantizers (this project's own, not ggml's bit pattern).
 //
 // Q4_K / Q5_K: each 32-element sub-block is fitted as x ~ scale * L - min (L in 0..nmax,
-// min >= 0) by trying 21 trial step sizes around (max - min) / nmax; for each, the levels are
-// rounded, then (scale, min) are refitted by least squares and the levels reassigned once
-// more; the trial of least squared error wins. The eight scales and mins are then coded in 6
-// bits against d = max scale / 63 and dmin = max min / 63 (stored f16), and each sub-block
-// tries its codes +-1 with requantized levels, keeping the pair of least error.
+// min >= 0) by trying 9 trial step sizes (max - min) / (nmax + k/4), |k| <= 4; for each, the
+// levels are rounded, then (scale, min) are refitted by least squares and the levels
+// reassigned, twice; the fit of least squared error wins. The eight scales and mins are then
+// coded in 6 bits against d = max scale / 63 and dmin = max min / 63 (stored f16, rounded away
+// from zero so the largest code fits), and each sub-block tries its codes +-1 with requantized
+// levels, keeping the pair of least error.
 //
-// Q6_K: each 16-element sub-block is fitted as x ~ scale * L (L in -32..31) by trying trial
-// steps around max / -32 (the largest element lands on the roomier -32 side), with a least
-// squares refit and one reassignment; scales are coded in int8 against d = max |scale| / 128
-// (f16), each trying its code +-1 with requantized levels.
+// Q6_K: each 16-element sub-block is fitted as x ~ scale * L (L in -32..31) by trying 9 trial
+// steps v / -(32 + k/4), v the element of largest magnitude (it lands on the roomier -32
+// side), each with two least-squares refits and reassignments; scales are coded in int8
+// against d = v' / -128 (v' the largest-magnitude scale; f16, rounded away from zero), each
+// trying its code +-1 with requantized levels.
+//
+// Cost: about 120 ns (Q4_K, Q5_K) and 55 ns (Q6_K) per element on one x86-64 core.
 //
 // Expected error, rms(x - y) / rms(x) on N(0, 1) data (tests/cpp/test_formats measures it):
 // Q4_K 0.070, Q5_K 0.035, Q6_K 0.017. ggml's quantize_row_q*_K_ref measured on the same data
@@ -247,9 +251,9 @@ AffineFit fit_affine(const float* x, int n, int nmax) {
     int L[32];
     best.scale = (hi - lo) / static_cast<float>(nmax);
     float best_err = assign_affine(x, n, nmax, best.scale, best.min, L);
-    for (int trial = -10; trial <= 10; ++trial) {
+    for (int trial = -4; trial <= 4; ++trial) {
         AffineFit fit;
-        fit.scale = (hi - lo) / (static_cast<float>(nmax) + 0.1f * static_cast<float>(trial));
+        fit.scale = (hi - lo) / (static_cast<float>(nmax) + 0.25f * static_cast<float>(trial));
         fit.min = -lo;
         assign_affine(x, n, nmax, fit.scale, fit.min, L);
         for (int round = 0; round < 2; ++round) {
@@ -329,12 +333,13 @@ float fit_symmetric(const float* x, int n) {
     if (!(amax > 0.0f)) return 0.0f;
     float best_scale = vmax / -32.0f;
     double best_score = -1.0;  // (sum x L)^2 / sum L^2: larger is smaller error
-    for (int trial = -10; trial <= 10; ++trial) {
-        float scale = vmax / -(32.0f + 0.1f * static_cast<float>(trial));
+    for (int trial = -4; trial <= 4; ++trial) {
+        float scale = vmax / -(32.0f + 0.25f * static_cast<float>(trial));
         for (int round = 0; round < 2; ++round) {
+            const float inv = 1.0f / scale;
             double sxl = 0, sl2 = 0;
             for (int i = 0; i < n; ++i) {
-                const int l = round_even_clamped(x[i] / scale, -32, 31);
+                const int l = round_even_clamped(x[i] * inv, -32, 31);
                 sxl += static_cast<double>(x[i]) * l;
                 sl2 += static_cast<double>(l) * l;
             }

@@ -1,0 +1,28 @@
+"""Shared fixtures. Real model files come from `dasllama pull smollm2 gemma3` (CI runs it);
+without them the tests that need one skip, saying so, except under CI=true, where they fail."""
+
+import os
+
+import pytest
+
+import dasllama
+from dasllama.errors import ModelNotFoundError
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def real_model():
+    """real_model("smollm2") -> path of that packaged model file."""
+
+    def get(name: str):
+        try:
+            return dasllama.models.find(name)
+        except ModelNotFoundError as e:
+            if _in_ci():
+                pytest.fail(f"CI needs the real model {name!r}: {e}")
+            pytest.skip(f"real model {name!r} is not here ({e})")
+
+    return get
