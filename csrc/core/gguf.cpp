@@ -398,7 +398,7 @@ void GGUFFile::open_split_parts() {
         throw GGUFError(first + ": the name says " + total + " parts but split.count is " +
                         std::to_string(count));
     for (int64_t i = 1; i < count; ++i) {
-        char suffix[32];
+        char suffix[64];
         std::snprintf(suffix, sizeof suffix, "-%05lld-of-%05lld.gguf",
                       static_cast<long long>(i + 1), static_cast<long long>(count));
         parse(ByteSource::map_file(prefix + suffix), static_cast<uint32_t>(i));
