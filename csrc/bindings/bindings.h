@@ -9,5 +9,8 @@ void bind_errors(pybind11::module_& m);
 void bind_formats(pybind11::module_& m);
 void bind_gguf(pybind11::module_& m);
 void bind_cpu(pybind11::module_& m);
+void bind_tokenizer(pybind11::module_& m);
+void bind_llm(pybind11::module_& m);
+void bind_sampler(pybind11::module_& m);
 
 }  // namespace dasllama::bindings

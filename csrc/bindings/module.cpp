@@ -6,4 +6,7 @@ PYBIND11_MODULE(_core, m) {
     dasllama::bindings::bind_formats(m);
     dasllama::bindings::bind_gguf(m);
     dasllama::bindings::bind_cpu(m);
+    dasllama::bindings::bind_tokenizer(m);
+    dasllama::bindings::bind_llm(m);
+    dasllama::bindings::bind_sampler(m);
 }

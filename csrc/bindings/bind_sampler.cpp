@@ -1,0 +1,9 @@
+#include "bindings/bindings.h"
+
+namespace py = pybind11;
+
+namespace dasllama::bindings {
+
+void bind_sampler(py::module_& m) { (void)m; }
+
+}  // namespace dasllama::bindings
