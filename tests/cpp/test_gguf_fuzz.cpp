@@ -8,6 +8,7 @@
 // per file byte plus kFixedAllocationSlack.
 //
 // DASLLAMA_FUZZ_ITERATIONS sets the number of mutants per seed (default 1000).
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -132,6 +133,7 @@ const uint64_t kInteresting[] = {0, 1, 2, 3, 4, 5, 7, 8, 12, 13, 31, 32, 33, 64,
 
 struct Outcome {
     uint64_t opened = 0, rejected = 0;
+    uint64_t most_allocated = 0;  // the largest peak of one open, in bytes
 };
 
 void try_open(const Seed& seed, const uint8_t* data, uint64_t size, Outcome& out,
@@ -149,6 +151,7 @@ void try_open(const Seed& seed, const uint8_t* data, uint64_t size, Outcome& out
                                             " (" + how + ") threw a non-GGUF error: " + e.what());
     }
     const uint64_t used = g_peak.load() - before;
+    out.most_allocated = std::max(out.most_allocated, used);
     const uint64_t bound = kMaxAllocationPerFileByte * size + kFixedAllocationSlack;
     if (used > bound)
         check::fail(__FILE__, __LINE__, seed.name + " mutant " + std::to_string(iteration) +
@@ -220,10 +223,13 @@ TEST(fuzz_mutants_open_or_raise_gguf_error) {
         try_open(s, s.bytes.data(), s.bytes.size(), out, "unmutated", 0);
         REQUIRE(out.opened == 1);
         fuzz_seed(s, per_seed, rng, out);
-        std::printf("  %-40s %8llu mutants: %llu opened, %llu rejected\n", s.name.c_str(),
+        std::printf("  %s (%llu bytes): %llu mutants, %llu opened, %llu rejected; "
+                    "largest allocation of one open %llu bytes\n", s.name.c_str(),
+                    static_cast<unsigned long long>(s.bytes.size()),
                     static_cast<unsigned long long>(per_seed),
                     static_cast<unsigned long long>(out.opened - 1),
-                    static_cast<unsigned long long>(out.rejected));
+                    static_cast<unsigned long long>(out.rejected),
+                    static_cast<unsigned long long>(out.most_allocated));
         sum.opened += out.opened - 1;
         sum.rejected += out.rejected;
     }
