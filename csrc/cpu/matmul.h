@@ -5,10 +5,21 @@
 //     Y[t, r] = sum_c W[r, c] * X[t, c]     for t < n_tokens, r < rows
 // X is n_tokens x cols float32 (row stride cols), Y is n_tokens x rows float32 (row stride rows).
 // n_tokens == 1 is decode (matrix-vector); larger is prefill (matrix-matrix).
+//
+// Precision::kFast (the default) quantizes each token's activations to int8 in blocks of 32
+// (16 for Q6_K) with one float scale per block, and multiplies them with the weights' integer
+// levels exactly; only the activation rounding (0.5-1.2% rel-l2 against the float32 product
+// on random normal data, tests/cpp/test_matmul.cpp) and the float summation order differ
+// from the exact product. Types without an integer kernel
+// (F32, F16, BF16, Q2_K, Q3_K, IQ4_NL, IQ4_XS) always take the float path.
+// Precision::kF32 dequantizes weight rows to float32 (exactly, as core/formats.h does) and
+// takes float32 dot products with the unrounded activations: for parity tests.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/formats.h"
@@ -19,25 +30,53 @@ class ThreadPool;
 
 namespace dasllama::cpu {
 
-// A weight matrix ready for the kernels: either a view of the mapped file (no copy) or a
-// repacked copy in a layout the kernels prefer. Which one is the kernel family's choice.
+enum class Precision {
+    kFast,  // activations quantized to 8 bits per block, integer dot products
+    kF32,   // activations stay float32; weight rows dequantized, float32 dot products
+};
+
+// A weight matrix ready for the kernels. `data` always views the rows in their GGUF type (the
+// mapped file, no copy). Types with an integer kernel also get `packed`: the same values
+// repacked at load into the kernels' layout (cpu/kernels_matmul.h), about the size of the
+// original (K-quants grow by a third: their scales are expanded to float32).
 struct WeightMatrix {
-    const TypeTraits* type = nullptr;   // the stored type (after any repack)
+    const TypeTraits* type = nullptr;   // the GGUF type of `data`
     int64_t rows = 0, cols = 0;
     const uint8_t* data = nullptr;      // row r starts at data + r * row_bytes
     int64_t row_bytes = 0;
-    std::shared_ptr<const void> owner;  // holds repacked memory (or the mapping) alive
+    int packed_kind = -1;               // the packed layout (kernels_matmul.h); -1: none
+    const uint8_t* packed = nullptr;    // row r starts at packed + r * packed_row_bytes
+    int64_t packed_row_bytes = 0;
+    std::shared_ptr<const void> owner;  // holds the packed copy and the mapping alive
 };
 
-// Wraps (and possibly repacks) rows x cols values of `type` at `data`. `keep_alive` holds the
-// mapping. Throws FormatError for a type the kernels cannot multiply.
+// Wraps (and, for types with an integer kernel, repacks) rows x cols values of `type` at
+// `data`. `keep_alive` holds the mapping. Throws FormatError for a type the kernels cannot
+// multiply (no dequantizer) or cols not a multiple of its block size, ShapeError for negative
+// sizes.
 WeightMatrix prepare_weight(const TypeTraits& type, int64_t rows, int64_t cols,
                             const uint8_t* data, std::shared_ptr<const void> keep_alive);
 
-// Y = X W^T as above, split over the pool's threads.
-void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+// Y = X W^T as above, split over the pool's threads. n_tokens >= 0 (0 does nothing).
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+            Precision precision = Precision::kFast);
 
-// Row r of W as float32 (embedding lookup).
+// Row r of W as float32 (embedding lookup), equal to core/formats.h's dequantize of that
+// row. Throws ShapeError for r outside [0, rows).
 void get_row(const WeightMatrix& w, int64_t r, float* out);
+
+// --- variants, for tests and benchmarks ---------------------------------------------------------
+// The kernel variants this process may run, best first, ending with "generic".
+std::vector<std::string> matmul_variants();
+// matmul with a named variant instead of the best one (throws Error when not available).
+void matmul_with(std::string_view variant, const WeightMatrix& w, const float* x,
+                 int64_t n_tokens, float* y, ThreadPool& pool,
+                 Precision precision = Precision::kFast);
+
+// The activation rounding kFast applies for w's type: x (n_tokens x cols) replaced by the
+// values its int8 blocks stand for (scale * level), so a test can form the exact product the
+// integer kernels compute. A copy of x for types that take the float path.
+std::vector<float> quantized_activations(const WeightMatrix& w, const float* x,
+                                         int64_t n_tokens);
 
 }  // namespace dasllama::cpu

@@ -7,14 +7,17 @@ The public API::
     dasllama.formats.dequantize("Q4_K", raw, n)
     dasllama.models.find("smollm2")          # a model file by name or path
     dasllama.cpu_features()                  # what this CPU offers and what dasllama uses
+    dasllama.LLM("smollm2").generate("Hi")   # text generation (see dasllama.llm)
 """
 
 from . import errors, formats, gguf, models
 from ._core import cpu_features as _cpu_features
 from .errors import DasllamaError
+from .llm import LLM
 
 __version__ = "0.1.0"
-__all__ = ["errors", "formats", "gguf", "models", "cpu_features", "DasllamaError", "__version__"]
+__all__ = ["errors", "formats", "gguf", "models", "cpu_features", "DasllamaError", "LLM",
+           "__version__"]
 
 
 def cpu_features() -> dict:

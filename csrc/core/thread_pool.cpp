@@ -1,0 +1,199 @@
+// The thread pool: persistent workers released by a generation counter.
+//
+// A decode step runs a few hundred parallel loops of a few microseconds each, so a job must
+// cost far less than a mutex handoff per worker. run() publishes the job and bumps an atomic
+// generation; workers spin on it for a while (the next job usually follows within
+// microseconds) and only then sleep on a condition variable. The caller runs its own share
+// and spins until the workers' done counter reaches the job's count.
+//
+// Lost wake-ups are ruled out by a Dekker pair of sequentially consistent operations: a worker
+// about to sleep increments `sleepers` and then rereads the generation under the mutex; run()
+// stores the generation and then reads `sleepers`. At least one of them sees the other's
+// write, and a notifier takes the mutex first, so it cannot slip between a worker's check
+// and its wait.
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace dasllama {
+
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield" ::: "memory");
+#endif
+}
+
+// How long an idle worker spins before it sleeps: longer than the single-threaded gaps
+// between the matmuls of one decode step (norms, attention of one token), much shorter than
+// a human-visible pause.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+// CPUs this process may run on (its affinity mask), or 0 when unknown.
+int allowed_cpus() {
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+#endif
+    return 0;
+}
+
+// Physical cores: distinct thread-sibling sets in the Linux topology, capped by the affinity
+// mask; elsewhere the hardware thread count (SMT cannot be told apart portably).
+int physical_cores() {
+    int logical = static_cast<int>(std::thread::hardware_concurrency());
+    int physical = 0;
+#if defined(__linux__)
+    std::set<std::string> cores;
+    for (int cpu = 0; cpu < 4096; ++cpu) {
+        std::ifstream f("/sys/devices/system/cpu/cpu" + std::to_string(cpu) +
+                        "/topology/thread_siblings_list");
+        if (!f) break;
+        std::string siblings;
+        std::getline(f, siblings);
+        cores.insert(siblings);
+    }
+    physical = static_cast<int>(cores.size());
+#endif
+    int n = physical > 0 ? physical : logical;
+    const int allowed = allowed_cpus();
+    if (allowed > 0) n = std::min(n, allowed);
+    return std::max(1, n);
+}
+
+}  // namespace
+
+struct ThreadPool::State {
+    int n_threads = 1;
+    std::vector<std::thread> workers;
+
+    const std::function<void(int, int)>* job = nullptr;
+    std::atomic<uint64_t> generation{0};  // bumped once per job; workers wait for a change
+    std::atomic<int> done{0};             // workers finished with the current job
+    std::atomic<int> sleepers{0};         // workers blocked (or about to block) on `wake`
+    std::atomic<bool> stop{false};
+
+    std::mutex mutex;
+    std::condition_variable wake;
+
+    std::mutex error_mutex;
+    std::exception_ptr error;  // the first exception a thread threw in the current job
+
+    void run_share(int thread) {
+        try {
+            (*job)(thread, n_threads);
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(error_mutex);
+            if (!error) error = std::current_exception();
+        }
+    }
+
+    // Returns the new generation, or `seen` when told to stop.
+    uint64_t wait_for_job(uint64_t seen) {
+        const auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
+        for (int i = 0;; ++i) {
+            const uint64_t g = generation.load(std::memory_order_acquire);
+            if (g != seen || stop.load(std::memory_order_acquire)) return g;
+            cpu_relax();
+            if ((i & 255) == 255 && std::chrono::steady_clock::now() > spin_until) break;
+        }
+        std::unique_lock<std::mutex> lock(mutex);
+        sleepers.fetch_add(1, std::memory_order_seq_cst);
+        while (generation.load(std::memory_order_seq_cst) == seen &&
+               !stop.load(std::memory_order_seq_cst))
+            wake.wait(lock);
+        sleepers.fetch_sub(1, std::memory_order_relaxed);
+        return generation.load(std::memory_order_acquire);
+    }
+
+    void worker_loop(int thread) {
+        uint64_t seen = 0;
+        for (;;) {
+            seen = wait_for_job(seen);
+            if (stop.load(std::memory_order_acquire)) return;
+            run_share(thread);
+            done.fetch_add(1, std::memory_order_acq_rel);
+        }
+    }
+
+    // Stops and joins the workers started so far.
+    void shutdown() {
+        stop.store(true, std::memory_order_seq_cst);
+        { std::lock_guard<std::mutex> lock(mutex); }
+        wake.notify_all();
+        for (std::thread& w : workers) w.join();
+        workers.clear();
+    }
+
+    void notify_sleepers() {
+        if (sleepers.load(std::memory_order_seq_cst) > 0) {
+            { std::lock_guard<std::mutex> lock(mutex); }
+            wake.notify_all();
+        }
+    }
+};
+
+ThreadPool::ThreadPool(int n_threads) : state_(new State) {
+    state_->n_threads = n_threads > 0 ? n_threads : physical_cores();
+    try {
+        for (int t = 1; t < state_->n_threads; ++t)
+            state_->workers.emplace_back([this, t] { state_->worker_loop(t); });
+    } catch (...) {  // could not start a thread: join those that did start
+        state_->shutdown();
+        delete state_;
+        throw;
+    }
+}
+
+ThreadPool::~ThreadPool() {
+    state_->shutdown();
+    delete state_;
+}
+
+int ThreadPool::size() const { return state_->n_threads; }
+
+void ThreadPool::run(const std::function<void(int thread, int n_threads)>& fn) {
+    State& s = *state_;
+    if (s.n_threads == 1) {
+        fn(0, 1);
+        return;
+    }
+    s.job = &fn;
+    s.error = nullptr;
+    s.done.store(0, std::memory_order_relaxed);
+    s.generation.fetch_add(1, std::memory_order_seq_cst);  // publishes job, done and error
+    s.notify_sleepers();
+
+    s.run_share(0);
+
+    const int workers = s.n_threads - 1;
+    for (int i = 0; s.done.load(std::memory_order_acquire) < workers; ++i) {
+        cpu_relax();
+        // A worker may have lost its core (more threads than free CPUs): stop burning ours.
+        if (i > 4096) std::this_thread::yield();
+    }
+    s.job = nullptr;
+    if (s.error) std::rethrow_exception(s.error);
+}
+
+}  // namespace dasllama

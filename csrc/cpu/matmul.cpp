@@ -1,0 +1,230 @@
+// Matmul entry points: weight preparation, the variant list, and the split of one product
+// over the thread pool. The kernels themselves are in matmul_generic.cpp and the ISA files.
+//
+// Work split: the rows are cut into chunks and tokens into blocks of kTokenBlock; threads
+// take (token block, row chunk) tasks from an atomic counter, so a thread slowed by another
+// process does not hold up the rest. Tasks run token block by token block: the quantized
+// activations of one block stay in cache while all rows pass over them.
+#include "cpu/matmul.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+
+#include "core/errors.h"
+#include "core/thread_pool.h"
+#include "cpu/dispatch.h"
+#include "cpu/dot.h"
+#include "cpu/kernels_matmul.h"
+
+namespace dasllama::cpu {
+
+namespace {
+
+using mm::Kernels;
+
+const Kernels kGeneric{"generic", mm::quantize_act_generic, mm::gemm_generic};
+
+const Variants<Kernels>& variants() {
+    static const Variants<Kernels> list{
+#if defined(DASLLAMA_X86)
+        mm::kernels_avx512(), mm::kernels_avx2(),
+#endif
+#if defined(DASLLAMA_ARM64)
+        mm::kernels_neon(),
+#endif
+        &kGeneric};
+    return list;
+}
+
+const Kernels& active() {
+    static const Kernels& chosen = variants().best();
+    return chosen;
+}
+
+constexpr int64_t kTokenBlock = 64;
+
+// Packed rows, 64-byte aligned, plus the mapping the unpacked view needs.
+struct PackedOwner {
+    std::vector<uint8_t> bytes;
+    std::shared_ptr<const void> keep_alive;
+    uint8_t* aligned() {
+        const auto p = reinterpret_cast<uintptr_t>(bytes.data());
+        return bytes.data() + ((64 - p % 64) % 64);
+    }
+};
+
+// Grow-only scratch, 64-byte aligned, one per thread: no allocation once warm.
+uint8_t* scratch(std::vector<uint8_t>& buf, size_t n) {
+    if (buf.size() < n + 64) buf.resize(n + 64);
+    const auto p = reinterpret_cast<uintptr_t>(buf.data());
+    return buf.data() + ((64 - p % 64) % 64);
+}
+
+int64_t row_chunk(int64_t rows, int n_threads) {
+    // About four chunks per thread, a multiple of 16 rows (the kernels' row tiles divide it).
+    int64_t chunk = (rows + 4 * n_threads - 1) / (4 * n_threads);
+    chunk = (chunk + 15) / 16 * 16;
+    return std::max<int64_t>(chunk, 16);
+}
+
+// Runs body(r0, r1, t0, t1) over all (token block, row chunk) tasks on the pool.
+template <class Body>
+void parallel_tiles(ThreadPool& pool, int64_t rows, int64_t n_tokens, const Body& body) {
+    const int64_t chunk = row_chunk(rows, pool.size());
+    const int64_t n_chunks = (rows + chunk - 1) / chunk;
+    const int64_t n_blocks = (n_tokens + kTokenBlock - 1) / kTokenBlock;
+    const int64_t n_tasks = n_chunks * n_blocks;
+    std::atomic<int64_t> next{0};
+    pool.run([&](int, int) {
+        for (int64_t task; (task = next.fetch_add(1, std::memory_order_relaxed)) < n_tasks;) {
+            const int64_t tb = task / n_chunks, rc = task % n_chunks;
+            const int64_t r0 = rc * chunk, t0 = tb * kTokenBlock;
+            body(r0, std::min(rows, r0 + chunk), t0, std::min(n_tokens, t0 + kTokenBlock));
+        }
+    });
+}
+
+// Float path: dequantize each weight row once, then float dot products with every token.
+void matmul_f32(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
+                ThreadPool& pool) {
+    const bool plain = w.type->type == GgmlType::F32;
+    parallel_tiles(pool, w.rows, n_tokens, [&](int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+        thread_local std::vector<uint8_t> buf;
+        float* row = reinterpret_cast<float*>(scratch(buf, w.cols * sizeof(float)));
+        const auto dot = dot::active().f32;
+        for (int64_t r = r0; r < r1; ++r) {
+            const uint8_t* src = w.data + r * w.row_bytes;
+            const float* wr = row;
+            if (plain && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0)
+                wr = reinterpret_cast<const float*>(src);
+            else
+                w.type->dequantize(src, row, w.cols);
+            for (int64_t t = t0; t < t1; ++t) y[t * w.rows + r] = dot(wr, x + t * w.cols, w.cols);
+        }
+    });
+}
+
+void matmul_quantized(const Kernels& k, const WeightMatrix& w, const float* x, int64_t n_tokens,
+                      float* y, ThreadPool& pool) {
+    const auto kind = static_cast<mm::PackKind>(w.packed_kind);
+    const int64_t stride = mm::act_row_bytes(mm::kFormats[kind], w.cols);
+    thread_local std::vector<uint8_t> act_buf;
+    uint8_t* act = scratch(act_buf, static_cast<size_t>(stride * n_tokens));
+    if (n_tokens < 4 || pool.size() == 1) {
+        for (int64_t t = 0; t < n_tokens; ++t)
+            k.quantize_act(kind, x + t * w.cols, w.cols, act + t * stride);
+    } else {
+        pool.run([&](int thread, int n) {
+            for (int64_t t = thread; t < n_tokens; t += n)
+                k.quantize_act(kind, x + t * w.cols, w.cols, act + t * stride);
+        });
+    }
+    parallel_tiles(pool, w.rows, n_tokens, [&](int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+        k.gemm(kind, w.packed + r0 * w.packed_row_bytes, w.packed_row_bytes, r1 - r0, w.cols,
+               act + t0 * stride, stride, t1 - t0, y + t0 * w.rows + r0, w.rows);
+    });
+}
+
+void check_matmul(const WeightMatrix& w, int64_t n_tokens) {
+    if (!w.type || !w.data) throw ShapeError("matmul: the weight matrix was not prepared");
+    if (n_tokens < 0) throw ShapeError("matmul: negative n_tokens " + std::to_string(n_tokens));
+}
+
+void run_matmul(const Kernels& k, const WeightMatrix& w, const float* x, int64_t n_tokens,
+                float* y, ThreadPool& pool, Precision precision) {
+    check_matmul(w, n_tokens);
+    if (n_tokens == 0 || w.rows == 0) return;
+    if (w.cols == 0) {
+        std::fill(y, y + n_tokens * w.rows, 0.0f);
+        return;
+    }
+    if (precision == Precision::kF32 || w.packed_kind < 0)
+        matmul_f32(w, x, n_tokens, y, pool);
+    else
+        matmul_quantized(k, w, x, n_tokens, y, pool);
+}
+
+}  // namespace
+
+WeightMatrix prepare_weight(const TypeTraits& type, int64_t rows, int64_t cols,
+                            const uint8_t* data, std::shared_ptr<const void> keep_alive) {
+    if (rows < 0 || cols < 0)
+        throw ShapeError("prepare_weight: negative shape (" + std::to_string(rows) + ", " +
+                         std::to_string(cols) + ")");
+    if (!type.dequantize)
+        throw FormatError(std::string("prepare_weight: no kernel for type ") + type.name);
+    WeightMatrix w;
+    w.type = &type;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = data;
+    w.row_bytes = row_bytes(type, cols);  // throws FormatError for a partial block
+    w.owner = keep_alive;
+    const int kind = mm::pack_kind_of(static_cast<uint32_t>(type.type));
+    if (kind < 0 || rows == 0 || cols == 0) return w;
+
+    const auto k = static_cast<mm::PackKind>(kind);
+    const int64_t prb = mm::packed_row_bytes(mm::kFormats[k], cols / mm::kFormats[k].block);
+    auto owner = std::make_shared<PackedOwner>();
+    owner->bytes.resize(static_cast<size_t>(prb * rows + 64));
+    owner->keep_alive = std::move(keep_alive);
+    uint8_t* out = owner->aligned();
+    for (int64_t r = 0; r < rows; ++r) mm::pack_row(k, data + r * w.row_bytes, cols, out + r * prb);
+    w.packed_kind = kind;
+    w.packed = out;
+    w.packed_row_bytes = prb;
+    w.owner = std::move(owner);
+    return w;
+}
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+            Precision precision) {
+    run_matmul(active(), w, x, n_tokens, y, pool, precision);
+}
+
+void matmul_with(std::string_view variant, const WeightMatrix& w, const float* x,
+                 int64_t n_tokens, float* y, ThreadPool& pool, Precision precision) {
+    run_matmul(variants().get(variant), w, x, n_tokens, y, pool, precision);
+}
+
+std::vector<std::string> matmul_variants() { return variants().names(); }
+
+void get_row(const WeightMatrix& w, int64_t r, float* out) {
+    if (!w.type || !w.data) throw ShapeError("get_row: the weight matrix was not prepared");
+    if (r < 0 || r >= w.rows)
+        throw ShapeError("get_row: row " + std::to_string(r) + " outside [0, " +
+                         std::to_string(w.rows) + ")");
+    w.type->dequantize(w.data + r * w.row_bytes, out, w.cols);
+}
+
+std::vector<float> quantized_activations(const WeightMatrix& w, const float* x,
+                                         int64_t n_tokens) {
+    std::vector<float> out(x, x + n_tokens * w.cols);
+    if (w.packed_kind < 0) return out;
+    const auto kind = static_cast<mm::PackKind>(w.packed_kind);
+    const mm::PackFormat& f = mm::kFormats[kind];
+    const int64_t nb = w.cols / f.block;
+    std::vector<uint8_t> act(static_cast<size_t>(mm::act_row_bytes(f, w.cols)));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        mm::quantize_act_generic(kind, x + t * w.cols, w.cols, act.data());
+        const uint8_t* grp = act.data();
+        for (int64_t b0 = 0; b0 < nb;) {
+            const mm::GroupShape g = mm::group_at(f, nb, b0);
+            for (int i = 0; i < g.r; ++i)
+                for (int e = 0; e < f.block; ++e) {
+                    const mm::Slot s = mm::slot_of(g, i, e);
+                    float da;
+                    std::memcpy(&da, grp + g.chunks * 64 + 4 * s.lane, 4);
+                    const auto q = static_cast<int8_t>(grp[s.chunk * 64 + 4 * s.lane + s.byte]);
+                    out[t * w.cols + (b0 + i) * f.block + e] = da * static_cast<float>(q);
+                }
+            grp += mm::act_group_bytes(g);
+            b0 += g.r;
+        }
+    }
+    return out;
+}
+
+}  // namespace dasllama::cpu

@@ -1,0 +1,231 @@
+// The forward pass of llama, qwen2, qwen3, qwen3moe and gemma3 (llama.cpp src/models/*.cpp
+// for the definitions). One pre-norm block per layer:
+//
+//   h = x + [post_attn_norm] attn(rmsnorm(x, attn_norm))
+//   x = h + [post_ffn_norm]  ffn(rmsnorm(h, ffn_norm))
+//
+// attn: q, k, v projections (+ bias: qwen2), per-head RMSNorm of q and k (qwen3, qwen3moe,
+// gemma3), rope (NORM for llama, NEOX for the others), causal GQA softmax attention (over the
+// last `sliding_window` positions on gemma3's local layers), output projection.
+// ffn: down(act(gate(x)) * up(x)) with silu, or tanh-gelu (gemma3); qwen3moe routes each token
+// to its top-k experts by softmax probability, weights renormalized over the chosen k.
+// Logits: rmsnorm(x, output_norm) times output (or the token embedding when tied).
+#include "llm/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/errors.h"
+#include "core/thread_pool.h"
+#include "llm/kv_cache.h"
+
+namespace dasllama {
+
+Forward::Forward(const ModelConfig& cfg, const ModelWeights& w, int64_t max_batch, int n_threads)
+    : cfg_(cfg), w_(w), max_batch_(std::max<int64_t>(1, max_batch)),
+      attn_scratch_(n_threads, cfg.head_dim, cfg.head_dim_v) {
+    const size_t B = size_t(max_batch_);
+    const int64_t ff = cfg.moe ? cfg.n_ff_exp : cfg.n_ff;
+    x_.resize(B * size_t(cfg.n_embd));
+    xn_.resize(B * size_t(cfg.n_embd));
+    q_.resize(B * size_t(cfg.q_dim()));
+    k_.resize(B * size_t(cfg.k_dim()));
+    v_.resize(B * size_t(cfg.v_dim()));
+    attn_.resize(B * size_t(cfg.n_head * cfg.head_dim_v));
+    out_.resize(B * size_t(cfg.n_embd));
+    gate_.resize(B * size_t(ff));
+    up_.resize(B * size_t(ff));
+    for (const LayerConfig& lc : cfg.layers) {
+        bool seen = false;
+        for (const RopeTable& r : ropes_) seen |= r.base == lc.rope_base && r.scale == lc.rope_scale;
+        if (!seen) {
+            const size_t n = B * size_t(cfg.n_rot / 2);
+            ropes_.push_back({lc.rope_base, lc.rope_scale, std::vector<float>(n), std::vector<float>(n)});
+        }
+    }
+    if (cfg.moe) {
+        router_.resize(B * size_t(cfg.n_expert));
+        expert_tokens_.resize(size_t(cfg.n_expert) * B);
+        expert_weights_.resize(size_t(cfg.n_expert) * B);
+        expert_count_.resize(size_t(cfg.n_expert));
+        gathered_.resize(B * size_t(cfg.n_embd));
+        expert_out_.resize(B * size_t(cfg.n_embd));
+    }
+}
+
+const Forward::RopeTable& Forward::rope_for(const LayerConfig& lc) const {
+    for (const RopeTable& r : ropes_)
+        if (r.base == lc.rope_base && r.scale == lc.rope_scale) return r;
+    throw Error("forward: no rope table for base " + std::to_string(lc.rope_base));
+}
+
+void Forward::run(const int32_t* ids, int64_t n, KVCache& cache, ThreadPool& pool,
+                  cpu::Precision precision, bool all_logits, float* logits,
+                  const std::function<void()>& between_layers) {
+    precision_ = precision;
+    for (int64_t start = 0; start < n; start += max_batch_) {
+        const int64_t len = std::min(max_batch_, n - start);
+        const bool last_chunk = start + len == n;
+        float* chunk_logits = all_logits ? logits + start * cfg_.n_vocab
+                                         : (last_chunk ? logits : nullptr);
+        run_chunk(ids + start, len, cache.n_past(), cache, pool, all_logits, chunk_logits,
+                  between_layers);
+    }
+}
+
+void Forward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, KVCache& cache,
+                        ThreadPool& pool, bool all_logits, float* logits,
+                        const std::function<void()>& between_layers) {
+    const int64_t E = cfg_.n_embd;
+    float* x = x_.data();
+
+    // --- embedding ------------------------------------------------------------------------
+    for (int64_t t = 0; t < n; ++t) {
+        cpu::get_row(w_.token_embd, ids[t], x + t * E);
+        if (cfg_.embd_scale != 1.0f)
+            for (int64_t i = 0; i < E; ++i) x[t * E + i] *= cfg_.embd_scale;
+    }
+    for (RopeTable& r : ropes_)
+        cpu::rope_table(r.base, r.scale, cfg_.n_rot, pos0, n, r.cos.data(), r.sin.data(),
+                        w_.rope_freqs.empty() ? nullptr : w_.rope_freqs.data());
+
+    // --- layers ---------------------------------------------------------------------------
+    // The last layer computes outputs only for the rows whose logits are wanted (none for a
+    // prompt chunk before the last); every row still leaves its K/V in the cache.
+    const int64_t wanted_from = all_logits ? 0 : (logits ? n - 1 : n);
+    for (int il = 0; il < int(cfg_.n_layer); ++il) {
+        const LayerWeights& l = w_.layers[size_t(il)];
+        const int64_t first = il == cfg_.n_layer - 1 ? wanted_from : 0;
+        const int64_t rows = n - first;
+        float* xr = x + first * E;
+        cpu::rmsnorm(x, l.attn_norm.data(), n, E, cfg_.rms_eps, xn_.data());
+        attention_layer(il, n, first, pos0, cache, pool);
+        if (cfg_.post_norms)
+            cpu::rmsnorm(out_.data(), l.post_attn_norm.data(), rows, E, cfg_.rms_eps, out_.data());
+        cpu::add(xr, out_.data(), rows * E);
+
+        cpu::rmsnorm(xr, l.ffn_norm.data(), rows, E, cfg_.rms_eps, xn_.data());
+        if (cfg_.moe)
+            moe_ffn(l, rows, pool);
+        else
+            dense_ffn(l, rows, pool);
+        if (cfg_.post_norms)
+            cpu::rmsnorm(out_.data(), l.post_ffn_norm.data(), rows, E, cfg_.rms_eps, out_.data());
+        cpu::add(xr, out_.data(), rows * E);
+        if (between_layers) between_layers();
+    }
+
+    // --- logits ---------------------------------------------------------------------------
+    if (!logits) return;
+    const int64_t rows = n - wanted_from;
+    cpu::rmsnorm(x + wanted_from * E, w_.output_norm.data(), rows, E, cfg_.rms_eps, xn_.data());
+    mm(w_.output, xn_.data(), rows, logits, pool);
+    if (cfg_.final_logit_softcap > 0.0) {
+        const float cap = float(cfg_.final_logit_softcap);
+        for (int64_t i = 0; i < rows * cfg_.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    }
+}
+
+void Forward::attention_layer(int il, int64_t n, int64_t first, int64_t pos0, KVCache& cache,
+                              ThreadPool& pool) {
+    const LayerWeights& l = w_.layers[size_t(il)];
+    const LayerConfig& lc = cfg_.layers[size_t(il)];
+    const int64_t hd = cfg_.head_dim;
+    float* q = q_.data();
+    float* k = k_.data();
+    float* v = v_.data();
+
+    const int64_t nq = n - first;  // query rows: the tokens whose output is needed
+    mm(l.wq, xn_.data() + first * cfg_.n_embd, nq, q, pool);
+    mm(l.wk, xn_.data(), n, k, pool);
+    mm(l.wv, xn_.data(), n, v, pool);
+    if (cfg_.qkv_bias) {
+        cpu::add_rows(q, nullptr, l.bq.data(), nq, cfg_.q_dim());
+        cpu::add_rows(k, nullptr, l.bk.data(), n, cfg_.k_dim());
+        cpu::add_rows(v, nullptr, l.bv.data(), n, cfg_.v_dim());
+    }
+    if (cfg_.qk_norm) {
+        // Every head of every token is one row of head_dim.
+        cpu::rmsnorm(q, l.q_norm.data(), nq * cfg_.n_head, hd, cfg_.rms_eps, q);
+        cpu::rmsnorm(k, l.k_norm.data(), n * cfg_.n_head_kv, hd, cfg_.rms_eps, k);
+    }
+    const RopeTable& rt = rope_for(lc);
+    const bool neox = cfg_.rope_layout == RopeLayout::Neox;
+    const int64_t half = cfg_.n_rot / 2;
+    cpu::rope(q, nq, cfg_.n_head, hd, cfg_.n_rot, neox, rt.cos.data() + first * half,
+              rt.sin.data() + first * half);
+    cpu::rope(k, n, cfg_.n_head_kv, hd, cfg_.n_rot, neox, rt.cos.data(), rt.sin.data());
+
+    cache.kv_cache_append_rows(il, pos0, n, k, v);
+
+    cpu::AttentionShape s;
+    s.n_head = cfg_.n_head;
+    s.n_head_kv = cfg_.n_head_kv;
+    s.head_dim = hd;
+    s.head_dim_v = cfg_.head_dim_v;
+    s.scale = cfg_.attn_scale;
+    s.window = lc.sliding ? cfg_.sliding_window : 0;
+    const KVCache::LayerView view = cache.layer(il);
+    cpu::attention(s, q, nq, pos0 + first, view, attn_.data(), pool, attn_scratch_);
+    mm(l.wo, attn_.data(), nq, out_.data(), pool);
+}
+
+void Forward::dense_ffn(const LayerWeights& l, int64_t n, ThreadPool& pool) {
+    mm(l.ffn_gate, xn_.data(), n, gate_.data(), pool);
+    mm(l.ffn_up, xn_.data(), n, up_.data(), pool);
+    if (cfg_.gelu_ffn)
+        cpu::geglu_tanh(gate_.data(), up_.data(), n * cfg_.n_ff);
+    else
+        cpu::swiglu(gate_.data(), up_.data(), n * cfg_.n_ff);
+    mm(l.ffn_down, gate_.data(), n, out_.data(), pool);
+}
+
+void Forward::moe_ffn(const LayerWeights& l, int64_t n, ThreadPool& pool) {
+    const int64_t E = cfg_.n_embd, X = cfg_.n_expert, K = cfg_.n_expert_used, F = cfg_.n_ff_exp;
+    const size_t B = size_t(max_batch_);
+    // Routing: softmax over all experts, keep the k most probable, renormalize their weights.
+    // The router stays float32 whatever the precision: a flipped choice of expert is a large
+    // change, not a rounding.
+    cpu::matmul(l.router, xn_.data(), n, router_.data(), pool, cpu::Precision::kF32);
+    std::fill(expert_count_.begin(), expert_count_.end(), 0);
+    int64_t order[4096];
+    for (int64_t t = 0; t < n; ++t) {
+        float* p = router_.data() + t * X;
+        cpu::softmax(p, X);
+        std::iota(order, order + X, int64_t(0));
+        std::partial_sort(order, order + K, order + X, [p](int64_t a, int64_t b) {
+            return p[a] > p[b] || (p[a] == p[b] && a < b);
+        });
+        float total = 0.0f;
+        for (int64_t j = 0; j < K; ++j) total += p[order[j]];
+        for (int64_t j = 0; j < K; ++j) {
+            const int64_t e = order[j];
+            const size_t slot = size_t(e) * B + size_t(expert_count_[size_t(e)]++);
+            expert_tokens_[slot] = int32_t(t);
+            expert_weights_[slot] = p[e] / total;
+        }
+    }
+
+    // Each expert runs once, on the rows of the tokens routed to it.
+    std::fill(out_.begin(), out_.begin() + n * E, 0.0f);
+    for (int64_t e = 0; e < X; ++e) {
+        const int64_t cnt = expert_count_[size_t(e)];
+        if (cnt == 0) continue;
+        const int32_t* toks = expert_tokens_.data() + size_t(e) * B;
+        const float* wts = expert_weights_.data() + size_t(e) * B;
+        for (int64_t i = 0; i < cnt; ++i)
+            std::copy_n(xn_.data() + toks[i] * E, E, gathered_.data() + i * E);
+        mm(l.gate_exps[size_t(e)], gathered_.data(), cnt, gate_.data(), pool);
+        mm(l.up_exps[size_t(e)], gathered_.data(), cnt, up_.data(), pool);
+        cpu::swiglu(gate_.data(), up_.data(), cnt * F);
+        mm(l.down_exps[size_t(e)], gate_.data(), cnt, expert_out_.data(), pool);
+        for (int64_t i = 0; i < cnt; ++i) {
+            float* o = out_.data() + toks[i] * E;
+            const float* y = expert_out_.data() + i * E;
+            for (int64_t d = 0; d < E; ++d) o[d] += wts[i] * y[d];
+        }
+    }
+}
+
+}  // namespace dasllama

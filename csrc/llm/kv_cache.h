@@ -1,0 +1,85 @@
+// The key/value cache of a text model: per layer, the K and V rows of every position seen so
+// far, stored in f16 (default), f32 or q8_0.
+//
+// kv_cache_append_rows is THE one way rows enter the cache (DESIGN.md): the CPU forward pass
+// calls it layer by layer, and any device that runs ahead flushes its rows through it before
+// handing work back. Rows enter in order: a layer's rows are contiguous from position 0, so
+// a layer never has holes, and n_past() is the length every layer has reached.
+//
+// Layout per layer: [n_head_kv][n_ctx][head_dim], so that attention reads one head's keys
+// over a run of positions as one contiguous block. Not thread-safe for writers; readers
+// (attention threads) may read concurrently while nobody appends.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "cpu/ops.h"
+
+namespace dasllama {
+
+enum class KVType { F16, F32, Q8_0 };
+
+// "f16" | "f32" | "q8_0"; throws std::invalid_argument naming the value otherwise.
+KVType kv_type_from_string(std::string_view name);
+const char* kv_type_name(KVType t);
+
+class KVCache {
+public:
+    // Throws ShapeError when a dimension is out of range or q8_0 is asked for heads that are
+    // not a multiple of its 32-element block.
+    KVCache(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
+            int64_t head_dim_v, KVType type);
+
+    // Stores n_rows positions pos..pos+n_rows-1 of `layer`. k_rows is n_rows x
+    // (n_head_kv * head_dim_k) float32, v_rows n_rows x (n_head_kv * head_dim_v). pos must
+    // be at most the layer's current length (rows past it are overwritten: the layer is
+    // truncated to pos first). Throws ShapeError naming the layer, pos and sizes otherwise.
+    void kv_cache_append_rows(int layer, int64_t pos, int64_t n_rows, const float* k_rows,
+                              const float* v_rows);
+
+    // Forgets positions >= n (n >= n_past() changes nothing).
+    void truncate(int64_t n);
+
+    int64_t n_past() const;                 // positions every layer holds
+    int64_t layer_length(int layer) const;  // positions this layer holds
+    int64_t n_ctx() const { return n_ctx_; }
+    int64_t n_layer() const { return int64_t(lengths_.size()); }
+    int64_t n_head_kv() const { return n_head_kv_; }
+    int64_t head_dim_k() const { return head_dim_k_; }
+    int64_t head_dim_v() const { return head_dim_v_; }
+    KVType type() const { return type_; }
+    int64_t bytes() const;
+
+    // A reader of one layer for cpu::attention.
+    class LayerView : public cpu::KVSource {
+    public:
+        LayerView(const KVCache& cache, int layer) : cache_(cache), layer_(layer) {}
+        const float* keys(int64_t kv_head, int64_t pos0, int64_t n, float* scratch) const override;
+        const float* values(int64_t kv_head, int64_t pos0, int64_t n, float* scratch) const override;
+
+    private:
+        const KVCache& cache_;
+        int layer_;
+    };
+    LayerView layer(int layer) const;
+
+    // Rows pos0..pos0+n-1 of one head as float32: a pointer into the cache for f32, else the
+    // rows converted into `scratch` (n x head_dim floats). No checks (the caller's are done).
+    const float* read_rows(bool values, int layer, int64_t kv_head, int64_t pos0, int64_t n,
+                           float* scratch) const;
+
+private:
+    void check_layer(int layer) const;
+    uint8_t* row_ptr(bool values, int layer, int64_t kv_head, int64_t pos) const;
+
+    int64_t n_ctx_, n_head_kv_, head_dim_k_, head_dim_v_;
+    KVType type_;
+    int64_t k_row_bytes_, v_row_bytes_;        // one head's row at one position
+    std::vector<std::unique_ptr<uint8_t[]>> k_, v_;  // per layer
+    std::vector<int64_t> lengths_;             // per layer
+};
+
+}  // namespace dasllama

@@ -1,0 +1,10 @@
+"""Benchmarks that ship with dasllama, so ``dasllama bench`` works from an installed wheel.
+
+``dasllama bench llm`` times prompt processing and generation against llama.cpp in the same
+run on the same machine (llm.py holds the method, llama_cpp.py the peer); records are JSON
+files whose schema bench/README.md in the source tree describes. Timing never decides a test.
+"""
+
+from .stats import Summary, summarize
+
+__all__ = ["Summary", "summarize"]

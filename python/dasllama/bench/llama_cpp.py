@@ -1,0 +1,238 @@
+"""The peer engine: llama.cpp, driven one repetition at a time so its runs interleave with ours.
+
+Two ways to reach it:
+
+* ``LlamaCppRunner``: llama.cpp's Python bindings (the ``cyllama`` wheel) in a persistent child
+  process running ``llama_cpp_runner.py`` under the interpreter that has them (the wheel needs
+  CPython 3.12, so it is rarely dasllama's own). The model stays loaded; each repetition is one
+  JSON request, and the tokens come from the harness, so both engines decode the same ids.
+* ``LlamaBenchBinary``: a ``llama-bench`` executable, run once per repetition with ``-r 1 -o
+  json`` (each run loads the model and warms up by itself, untimed, as llama-bench always does);
+  it draws its own random tokens.
+
+Both offer what the harness needs from an engine: ``name``, ``version``, ``details``,
+``vocab()``, ``run(test, tokens) -> ns``, ``top(tokens, k)``, ``memory()``, ``close()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .llm import BenchError
+
+__all__ = ["PeerError", "LlamaCppRunner", "LlamaBenchBinary", "RUNNER", "find_peer_python",
+           "parse_llama_bench_json"]
+
+RUNNER = Path(__file__).with_name("llama_cpp_runner.py")
+PYTHON_ENV = "DASLLAMA_LLAMA_CPP_PYTHON"
+
+
+class PeerError(BenchError):
+    """The peer engine failed to start, answered out of protocol, or reported an error."""
+
+
+def find_peer_python(given: Optional[str]) -> Optional[str]:
+    """The interpreter for the runner: the one given, else $DASLLAMA_LLAMA_CPP_PYTHON, else a
+    ``python3.12`` on PATH (what the cyllama wheel needs); None when there is none."""
+    return given or os.environ.get(PYTHON_ENV) or shutil.which("python3.12")
+
+
+def _tail(path: str, n: int = 2000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - n))
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+class LlamaCppRunner:
+    """llama.cpp through its Python bindings in a child process that keeps the model loaded."""
+
+    name = "llama.cpp"
+
+    def __init__(self, model_path, *, threads: int, n_ctx: int, python: str,
+                 runner: Path = RUNNER, n_batch: int = 2048, n_ubatch: int = 512,
+                 verbose: bool = False):
+        self._stderr = tempfile.NamedTemporaryFile(prefix="dasllama-peer-", suffix=".log",
+                                                   delete=False)
+        cmd = [python, str(runner), str(model_path), "--threads", str(threads),
+               "--n-ctx", str(n_ctx), "--n-batch", str(n_batch), "--n-ubatch", str(n_ubatch)]
+        if verbose:
+            cmd.append("--verbose")
+        try:
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=self._stderr, text=True, bufsize=1)
+        except OSError as e:
+            raise PeerError(f"cannot start the llama.cpp runner with {python!r}: {e}") from e
+        ready = self._read()
+        if ready.get("event") != "ready":
+            self.close()
+            raise PeerError(f"the llama.cpp runner did not load {model_path}: "
+                            f"{ready.get('error', ready)}{self._stderr_note()}")
+        self.info = ready
+        self.version = ready.get("version", "unknown")
+        self.details = {k: ready[k] for k in ("bindings", "ggml", "system_info", "n_ctx",
+                                              "n_batch", "n_ubatch", "flash_attn", "model_desc")
+                        if k in ready}
+        self.threads = ready.get("threads", threads)
+
+    def _stderr_note(self) -> str:
+        tail = _tail(self._stderr.name)
+        return f"\n--- runner stderr (end) ---\n{tail}" if tail else ""
+
+    def _read(self) -> dict:
+        line = self._proc.stdout.readline()
+        if not line:
+            code = self._proc.poll()
+            raise PeerError(f"the llama.cpp runner exited (status {code}) without answering"
+                            f"{self._stderr_note()}")
+        try:
+            return json.loads(line)
+        except ValueError as e:
+            raise PeerError(f"the llama.cpp runner answered out of protocol: {line[:200]!r}") from e
+
+    def request(self, **req) -> dict:
+        """Send one request and return the reply; a reply with ok=false raises PeerError."""
+        if self._proc.poll() is not None:
+            raise PeerError(f"the llama.cpp runner has exited (status {self._proc.returncode})"
+                            f"{self._stderr_note()}")
+        try:
+            self._proc.stdin.write(json.dumps(req) + "\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            raise PeerError(f"cannot write to the llama.cpp runner: {e}"
+                            f"{self._stderr_note()}") from e
+        reply = self._read()
+        if not reply.get("ok"):
+            raise PeerError(f"llama.cpp runner: {req.get('cmd')} failed: "
+                            f"{reply.get('error', reply)}")
+        return reply
+
+    def vocab(self):
+        return self.info["n_vocab"], self.info["bos"], self.info["add_bos"]
+
+    def run(self, test: str, tokens: Sequence[int]) -> int:
+        return int(self.request(cmd="run", test=test, tokens=[int(t) for t in tokens])["ns"])
+
+    def top(self, tokens: Sequence[int], k: int = 5) -> Optional[list]:
+        return self.request(cmd="top", tokens=[int(t) for t in tokens], k=k)["top"]
+
+    def memory(self) -> dict:
+        r = self.request(cmd="rss")
+        return {"peak_rss": r["max_rss"], "baseline_rss": self.info.get("baseline_rss"),
+                "peak_scope": "runner process"}
+
+    def close(self) -> None:
+        proc = getattr(self, "_proc", None)
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
+                proc.stdin.flush()
+                proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                if stream:
+                    stream.close()
+        self._stderr.close()
+        try:
+            os.unlink(self._stderr.name)
+        except OSError:
+            pass
+
+
+def _test_name(n_prompt: int, n_gen: int) -> str:
+    if n_gen == 0:
+        return f"pp{n_prompt}"
+    if n_prompt == 0:
+        return f"tg{n_gen}"
+    return f"pp{n_prompt}+tg{n_gen}"
+
+
+def parse_llama_bench_json(text: str) -> list:
+    """The tests in llama-bench's ``-o json`` output (a JSON array of objects, one per test),
+    each as a dict with ``test`` (pp512, tg128, ...) added and ``samples_ns`` as ints."""
+    start = text.find("[")
+    if start < 0:
+        raise PeerError(f"llama-bench printed no JSON array: {text[:200]!r}")
+    try:
+        records = json.loads(text[start:])
+    except ValueError as e:
+        raise PeerError(f"llama-bench's JSON does not parse: {e}") from e
+    if not isinstance(records, list):
+        raise PeerError(f"llama-bench's JSON is a {type(records).__name__}, expected a list")
+    out = []
+    for i, rec in enumerate(records):
+        missing = [k for k in ("n_prompt", "n_gen", "samples_ns") if k not in rec]
+        if missing:
+            raise PeerError(f"llama-bench test {i} lacks {', '.join(missing)}")
+        rec = dict(rec)
+        rec["test"] = _test_name(int(rec["n_prompt"]), int(rec["n_gen"]))
+        rec["samples_ns"] = [int(x) for x in rec["samples_ns"]]
+        out.append(rec)
+    return out
+
+
+class LlamaBenchBinary:
+    """A llama-bench executable, one invocation (``-r 1``) per repetition."""
+
+    name = "llama.cpp"
+    warms_up_itself = True   # llama-bench warms up inside every invocation
+
+    def __init__(self, binary, model_path, *, threads: int, timeout: float = 600):
+        self.binary, self.model_path = str(binary), str(model_path)
+        self.threads, self.timeout = threads, timeout
+        self.version = "unknown"
+        self.details = {"runner": "llama-bench", "tokens": "its own random ids"}
+        self._peak = 0
+
+    def _invoke(self, n_prompt: int, n_gen: int) -> dict:
+        cmd = [self.binary, "-m", self.model_path, "-p", str(n_prompt), "-n", str(n_gen),
+               "-r", "1", "-t", str(self.threads), "-o", "json"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise PeerError(f"cannot run {self.binary}: {e}") from e
+        if r.returncode != 0:
+            raise PeerError(f"{self.binary} exited with status {r.returncode}: {r.stderr[-2000:]}")
+        (rec,) = parse_llama_bench_json(r.stdout)
+        self.version = f"b{rec.get('build_number', '?')} ({rec.get('build_commit', '?')})"
+        for k in ("model_type", "n_batch", "n_ubatch", "flash_attn", "type_k", "type_v",
+                  "backends"):
+            if k in rec:
+                self.details[k] = rec[k]
+        return rec
+
+    def vocab(self):
+        return None      # llama-bench draws its own tokens
+
+    def run(self, test: str, tokens: Sequence[int]) -> int:
+        n = len(tokens)
+        rec = self._invoke(n if test == "pp" else 0, n if test == "tg" else 0)
+        return rec["samples_ns"][0]
+
+    def top(self, tokens, k: int = 5):
+        return None      # llama-bench does not expose logits
+
+    def memory(self) -> dict:
+        try:
+            import resource
+            peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+            peak = peak if sys.platform == "darwin" else peak * 1024
+        except ImportError:
+            peak = None
+        return {"peak_rss": peak, "baseline_rss": None, "peak_scope": "largest child process"}
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,283 @@
+"""LLM throughput: prompt processing (ppN) and token generation (tgN), dasllama against a peer.
+
+The method is llama-bench's (llama.cpp tools/llama-bench), followed exactly so the figures
+compare with what llama.cpp users quote:
+
+* ppN: decode N random token ids as one prompt into an empty cache (BOS first when the model
+  adds one); t/s = N / time.
+* tgN: N single-token decodes into an empty cache, starting from BOS (when the model adds one)
+  then random ids; t/s = N / time. Like llama-bench, generation does not follow a prompt, and
+  nothing is sampled: the next id is random, not the model's choice.
+* One warm-up before the timed repetitions: the whole prompt for pp, a single token for tg
+  (llama-bench warms generation with one token). The cache is cleared before every run, and
+  the clearing is not timed.
+* Statistics over the per-repetition rates (mean, sd, median, min, max, cv); the ratio of
+  engines is the ratio of medians.
+
+Unlike llama-bench, both engines live in one run on one machine, and their repetitions
+alternate (dasllama 1, llama.cpp 1, dasllama 2, ...) so that drift in clock speed or in other
+load hits both; each repetition's token ids are drawn once and given to both engines. One
+context of n_prompt + n_gen positions serves both tests (llama-bench makes one per test; the
+size changes only how much cache is reserved, not the work done).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from ..errors import DasllamaError
+from . import probe
+from .stats import summarize
+
+__all__ = ["BenchError", "TestSpec", "DasllamaEngine", "make_tokens", "schedule", "model_info",
+           "measure", "rows_for", "benchmark"]
+
+# llama.cpp's general.file_type codes (LLAMA_FTYPE_MOSTLY_*) for the names people quote.
+_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
+               10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M",
+               16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+_KV_BYTES = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32}
+
+
+class BenchError(DasllamaError, RuntimeError):
+    """A benchmark that cannot run as asked (an engine missing, engines that disagree)."""
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    kind: str        # "pp" or "tg"
+    n_tokens: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}{self.n_tokens}"
+
+
+def make_tokens(n: int, n_vocab: int, bos: int, add_bos: bool, rng: random.Random) -> list:
+    """n random ids in [0, n_vocab), the first one BOS when the model adds BOS (llama-bench)."""
+    first = bos if add_bos and bos >= 0 else rng.randrange(n_vocab)
+    return [first] + [rng.randrange(n_vocab) for _ in range(n - 1)]
+
+
+def schedule(engines: Sequence[str], reps: int) -> list:
+    """The order of timed runs: (repetition, engine), engines alternating within each one."""
+    return [(rep, name) for rep in range(reps) for name in engines]
+
+
+class DasllamaEngine:
+    """dasllama's LLMModel behind the interface the harness drives (see llama_cpp.py)."""
+
+    name = "dasllama"
+
+    def __init__(self, path, *, threads: int, n_ctx: int, kv_type: str = "f16",
+                 factory: Optional[Callable] = None):
+        if factory is None:
+            from .. import _core
+            if not hasattr(_core, "LLMModel"):
+                raise BenchError("this build of dasllama._core has no LLMModel; "
+                                   "measure the peer alone with --engine llama.cpp")
+            factory = _core.LLMModel
+        self.model = factory(str(path), n_ctx=n_ctx, n_threads=threads, kv_type=kv_type)
+        b = probe.build()
+        self.version = b["version"] + (f"+g{b['git_sha']}" if b["git_sha"] else "") + \
+            ("-dirty" if b["git_dirty"] else "")
+        self.threads = threads
+        self.details = {"kv_type": kv_type, "n_ctx": n_ctx}
+
+    def vocab(self):
+        tok = self.model.tokenizer
+        return int(self.model.n_vocab), int(tok.bos_id), bool(tok.add_bos)
+
+    def run(self, test: str, tokens: Sequence[int]) -> int:
+        m = self.model
+        m.reset()
+        t0 = time.perf_counter_ns()
+        if test == "pp":
+            m.eval(list(tokens))
+        elif test == "tg":
+            for tok in tokens:
+                m.eval([tok])
+        else:
+            raise ValueError(f"unknown test {test!r} (expected 'pp' or 'tg')")
+        return time.perf_counter_ns() - t0
+
+    def top(self, tokens: Sequence[int], k: int = 5) -> list:
+        self.model.reset()
+        logits = self.model.eval(list(tokens))[-1]
+        return [int(i) for i in sorted(range(len(logits)), key=lambda i: -logits[i])[:k]]
+
+    def memory(self) -> dict:
+        return {}    # the harness measures its own process
+
+    def close(self) -> None:
+        self.model.close()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def model_info(path, n_ctx: int, kv_type: str = "f16") -> dict:
+    """What a record says about a model file: name, sha256, architecture, quantization,
+    parameters, and the sizes that bound memory and speed: the bytes a decoded token reads
+    (every matrix multiplied, including a tied output embedding; the input embedding is a
+    lookup of one row), the matmul FLOPs per token, and a full KV cache at n_ctx."""
+    from .. import gguf
+    path = Path(path)
+    with gguf.open(path) as f:
+        meta, tensors = f.metadata, f.tensors
+        arch = meta.get("general.architecture", "unknown")
+        tied = "output.weight" not in tensors
+        mm = [t for t in tensors.values() if len(t.shape) == 2 and
+              (t.name != "token_embd.weight" or tied)]
+        by_type: dict = {}
+        for t in tensors.values():
+            by_type[t.type] = by_type.get(t.type, 0) + t.nbytes
+        ftype = meta.get("general.file_type")
+        quant = _FILE_TYPES.get(ftype) or max(by_type, key=by_type.get)
+        n_layer = int(meta.get(f"{arch}.block_count", 0))
+        n_head = int(meta.get(f"{arch}.attention.head_count", 1) or 1)
+        n_head_kv = int(meta.get(f"{arch}.attention.head_count_kv", n_head) or n_head)
+        n_embd = int(meta.get(f"{arch}.embedding_length", 0))
+        k_len = int(meta.get(f"{arch}.attention.key_length", n_embd // n_head))
+        v_len = int(meta.get(f"{arch}.attention.value_length", n_embd // n_head))
+        return {
+            "file": path.name,
+            "sha256": _sha256(path),
+            "arch": arch,
+            "name": meta.get("general.name"),
+            "quant": quant,
+            "params": sum(t.n_elements for t in tensors.values()),
+            "file_size": path.stat().st_size,
+            "weight_bytes": sum(by_type.values()),
+            "bytes_per_token": sum(t.nbytes for t in mm),
+            "flops_per_token": 2 * sum(t.n_elements for t in mm),
+            "kv_cache_bytes": int(n_layer * n_ctx * n_head_kv * (k_len + v_len) *
+                                  _KV_BYTES.get(kv_type, 2.0)),
+        }
+
+
+def _validate(engines, tokens, k: int = 5) -> dict:
+    """Before timing: each engine's top-k next tokens after the same short prompt, so a record
+    shows the engines computed the same model (top-1 may still differ where margins are tiny)."""
+    tops = {e.name: e.top(tokens, k) for e in engines}
+    known = [t for t in tops.values() if t]
+    return {"prompt_tokens": len(tokens), "top": tops,
+            "top1_agree": len({t[0] for t in known}) == 1 if len(known) > 1 else None}
+
+
+def measure(path, engines: Sequence, tests: Sequence[TestSpec], *, reps: int, seed: int = 0,
+            pause: float = 0.0, on_event: Callable = lambda *a, **k: None) -> dict:
+    """Time every test on every engine for one model file, repetitions alternating.
+
+    ``engines`` are open engines; ``on_event(kind, **fields)`` hears each warm-up and run.
+    Returns {"samples": {engine: {test: [ns, ...]}}, "validation": {...}, "vocab": (...)}.
+    """
+    vocabs = {e.name: e.vocab() for e in engines}
+    known = {n: v for n, v in vocabs.items() if v is not None}
+    if not known:
+        raise BenchError("no engine reports a vocabulary to draw token ids from")
+    if len({v[0] for v in known.values()}) > 1:
+        raise BenchError(f"the engines disagree on the vocabulary size of {path}: {known}")
+    n_vocab, bos, add_bos = next(iter(known.values()))
+    short = make_tokens(min(16, max(t.n_tokens for t in tests)), n_vocab, bos, add_bos,
+                        random.Random(f"{seed}-validate"))
+    validation = _validate(engines, short)
+    on_event("validate", **validation)
+    names = [e.name for e in engines]
+    by_name = {e.name: e for e in engines}
+    samples = {n: {} for n in names}
+    for test in tests:
+        rng = random.Random(f"{seed}-{test.name}")
+        warm = make_tokens(test.n_tokens if test.kind == "pp" else 1, n_vocab, bos, add_bos, rng)
+        for e in engines:
+            if not getattr(e, "warms_up_itself", False):
+                e.run(test.kind, warm)
+                on_event("warmup", engine=e.name, test=test.name)
+        rep_tokens: dict = {}
+        for rep, name in schedule(names, reps):
+            if rep not in rep_tokens:
+                rep_tokens = {rep: make_tokens(test.n_tokens, n_vocab, bos, add_bos, rng)}
+            if pause > 0:
+                time.sleep(pause)   # let the other engine's spinning threads go idle
+            ns = by_name[name].run(test.kind, rep_tokens[rep])
+            samples[name].setdefault(test.name, []).append(ns)
+            on_event("run", engine=name, test=test.name, rep=rep, ns=ns)
+    return {"samples": samples, "validation": validation, "vocab": [n_vocab, bos, add_bos]}
+
+
+def rows_for(engine, model: dict, samples: dict, tests: Sequence[TestSpec]) -> list:
+    """One record row per test: the engine, the model, and the statistics of its rates."""
+    rows = []
+    for test in tests:
+        ns = samples[test.name]
+        rates = [test.n_tokens * 1e9 / x for x in ns]
+        s = summarize(rates)
+        row = {
+            "engine": engine.name, "version": engine.version, "threads": engine.threads,
+            "model": model["file"], "model_sha256": model["sha256"], "arch": model["arch"],
+            "quant": model["quant"], "params": model["params"],
+            "test": test.name, "unit": "t/s", **s.as_dict(),
+            "samples_ts": rates, "samples_ns": list(ns),
+        }
+        # What the median rate achieves: weight bytes streamed per decoded token, matmul
+        # FLOPs per prompt token (attention left out; both are lower bounds).
+        if test.kind == "tg":
+            row["approx_GBps"] = s.median * model["bytes_per_token"] / 1e9
+        else:
+            row["approx_GFLOPs"] = s.median * model["flops_per_token"] / 1e9
+        rows.append(row)
+    return rows
+
+
+def benchmark(models: Sequence, openers: dict, *, threads: int, reps: int, n_prompt: int,
+              n_gen: int, seed: int = 0, pause: float = 0.1, kv_type: str = "f16",
+              on_event: Callable = lambda *a, **k: None) -> dict:
+    """The whole LLM benchmark: for each model file, open the engines (``openers`` maps an
+    engine name to ``open(path, threads=, n_ctx=)``), validate, time, and measure memory.
+    Returns the record (see bench/README.md for its schema) without the machine probe."""
+    tests = [TestSpec("pp", n_prompt)] if n_prompt > 0 else []
+    tests += [TestSpec("tg", n_gen)] if n_gen > 0 else []
+    if not tests:
+        raise BenchError("nothing to measure: n_prompt and n_gen are both 0")
+    if reps < 1:
+        raise BenchError(f"reps must be at least 1, got {reps}")
+    n_ctx = n_prompt + n_gen
+    rows, memory, validation, engines_info = [], [], [], {}
+    for path in models:
+        model = model_info(path, n_ctx, kv_type)
+        on_event("model", **model)
+        engines = []
+        try:
+            baseline = probe.rss_bytes()
+            scoped = probe.reset_peak_rss()
+            for name, open_engine in openers.items():
+                engines.append(open_engine(path, threads=threads, n_ctx=n_ctx))
+            result = measure(path, engines, tests, reps=reps, seed=seed, pause=pause,
+                             on_event=on_event)
+            validation.append({"model": model["file"], **result["validation"]})
+            for e in engines:
+                rows += rows_for(e, model, result["samples"][e.name], tests)
+                engines_info[e.name] = {"version": e.version, **e.details}
+                mem = e.memory() if e.name != "dasllama" else {
+                    "peak_rss": probe.peak_rss_bytes(), "baseline_rss": baseline,
+                    "peak_scope": "since model load" if scoped else "whole process"}
+                memory.append({"engine": e.name, "model": model["file"],
+                               "model_file_size": model["file_size"],
+                               "kv_cache_bytes": model["kv_cache_bytes"], **mem})
+        finally:
+            for e in engines:
+                e.close()
+    return {"config": {"n_prompt": n_prompt, "n_gen": n_gen, "reps": reps, "threads": threads,
+                       "warmup": 1, "alternate": True, "seed": seed, "pause_s": pause,
+                       "kv_type": kv_type, "n_ctx": n_ctx},
+            "engines": engines_info, "rows": rows, "memory": memory, "validation": validation}

@@ -1,0 +1,148 @@
+"""Chat prompts: a model's chat template (GGUF ``tokenizer.chat_template``, a Jinja2 text)
+rendered the way Hugging Face's ``apply_chat_template`` renders it, and plain formats for
+files that carry none.
+
+``ChatFormat.from_model(template, bos_token=..., eos_token=..., has_token=...)`` picks:
+
+- ``jinja``: the file's template, in a sandboxed Jinja2 environment with ``messages``,
+  ``add_generation_prompt``, ``bos_token``, ``eos_token``, ``raise_exception(msg)`` and
+  ``strftime_now(fmt)``, trim_blocks and lstrip_blocks on (as transformers sets them).
+- ``gemma``: no template, but the vocabulary has ``<start_of_turn>``/``<end_of_turn>``
+  (Gemma 3 270M ships without one): Gemma's turn format, the system message folded into
+  the first user turn, the assistant's role named ``model``.
+- ``plain``: otherwise ``role: content`` lines ending in ``assistant:``.
+
+The rendered prompt holds special tokens as text; tokenize it with ``parse_special=True``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from typing import Callable, Optional, Sequence
+
+from .errors import DasllamaError
+
+__all__ = ["ChatFormat", "ChatTemplateError", "validate_messages"]
+
+GEMMA_TURN_START = "<start_of_turn>"
+GEMMA_TURN_END = "<end_of_turn>"
+
+
+class ChatTemplateError(DasllamaError, ValueError):
+    """A chat template that does not parse, or that rejects the messages it was given."""
+
+
+def validate_messages(messages) -> list:
+    """The messages as a list of dicts, each with a string ``role`` and string ``content``;
+    ValueError naming the first bad entry otherwise."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise ValueError(f"messages must be a list of {{'role': ..., 'content': ...}} dicts, "
+                         f"got {type(messages).__name__}")
+    if not messages:
+        raise ValueError("messages is empty; give at least one {'role': 'user', 'content': ...}")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise ValueError(f"messages[{i}] must be a dict, got {type(m).__name__}")
+        for key in ("role", "content"):
+            if not isinstance(m.get(key), str):
+                raise ValueError(f"messages[{i}][{key!r}] must be a string, got {m.get(key)!r}")
+        out.append(dict(m))
+    return out
+
+
+def _raise_exception(message):
+    raise ChatTemplateError(f"the chat template rejected the messages: {message}")
+
+
+def _tojson(value, indent=None, separators=None, sort_keys=False, ensure_ascii=False):
+    # transformers' version: no HTML escaping (Jinja2's built-in escapes <, >, &, ').
+    return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys,
+                      ensure_ascii=ensure_ascii)
+
+
+@lru_cache(maxsize=8)
+def _compile(template: str):
+    try:
+        from jinja2 import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError as e:  # pragma: no cover - jinja2 is a dependency
+        raise DasllamaError("rendering a chat template needs jinja2 (pip install jinja2)") from e
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    env.filters["tojson"] = _tojson
+    try:
+        return env.from_string(template)
+    except TemplateError as e:
+        raise ChatTemplateError(f"the model's chat template does not parse: {e}") from e
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """How one model's conversations become a prompt.
+
+    kind: "jinja", "gemma" or "plain". stop: strings that end a reply besides the model's
+    end-of-generation tokens (the plain format's next turn, Gemma's end of turn)."""
+
+    kind: str
+    template: Optional[str] = None
+    bos_token: str = ""
+    eos_token: str = ""
+    stop: tuple = field(default=())
+
+    @classmethod
+    def from_model(cls, template: Optional[str], *, bos_token: str = "", eos_token: str = "",
+                   has_token: Callable[[str], bool] = lambda text: False) -> "ChatFormat":
+        """The format for a model: its template if it has one, else Gemma's turns when the
+        vocabulary has them (has_token(text): is text one special token), else plain."""
+        if template:
+            _compile(template)   # fail now, naming the template, not at the first chat
+            return cls("jinja", template, bos_token, eos_token)
+        if has_token(GEMMA_TURN_START) and has_token(GEMMA_TURN_END):
+            return cls("gemma", None, bos_token, eos_token, stop=(GEMMA_TURN_END,))
+        return cls("plain", None, bos_token, eos_token, stop=("\nuser:",))
+
+    def render(self, messages, add_generation_prompt: bool = True, **variables) -> str:
+        """The prompt text for these messages (extra variables reach a Jinja template)."""
+        messages = validate_messages(messages)
+        if self.kind == "jinja":
+            from jinja2 import TemplateError
+            try:
+                return _compile(self.template).render(
+                    messages=messages, add_generation_prompt=add_generation_prompt,
+                    bos_token=self.bos_token, eos_token=self.eos_token, **variables)
+            except ChatTemplateError:
+                raise
+            except TemplateError as e:
+                raise ChatTemplateError(f"the model's chat template failed: {e}") from e
+        if self.kind == "gemma":
+            return _render_gemma(messages, add_generation_prompt)
+        return _render_plain(messages, add_generation_prompt)
+
+
+def _render_gemma(messages: list, add_generation_prompt: bool) -> str:
+    # Gemma has no system role: its own template puts the system text, then a blank line,
+    # at the start of the first user turn.
+    system = ""
+    if messages[0]["role"] == "system":
+        system, messages = messages[0]["content"] + "\n\n", messages[1:]
+    parts = []
+    for i, m in enumerate(messages):
+        role = "model" if m["role"] == "assistant" else m["role"]
+        prefix = system if i == 0 else ""
+        parts.append(f"{GEMMA_TURN_START}{role}\n{prefix}{m['content'].strip()}{GEMMA_TURN_END}\n")
+    if not messages and system:
+        parts.append(f"{GEMMA_TURN_START}user\n{system.rstrip()}{GEMMA_TURN_END}\n")
+    if add_generation_prompt:
+        parts.append(f"{GEMMA_TURN_START}model\n")
+    return "".join(parts)
+
+
+def _render_plain(messages: list, add_generation_prompt: bool) -> str:
+    text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+    return text + ("assistant:" if add_generation_prompt else "")
