@@ -3,9 +3,13 @@ without them the tests that need one skip, saying so, except under CI=true, wher
 
 import os
 
-import pytest
+# NumPy's BLAS threads busy-wait for cores; on small shared machines that makes the reference
+# chain many times slower. Set before NumPy is first imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import dasllama
+import pytest  # noqa: E402
+
+import dasllama  # noqa: E402
 from dasllama.errors import ModelNotFoundError
 
 

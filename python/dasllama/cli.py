@@ -9,6 +9,7 @@ from collections import defaultdict
 
 from . import gguf, models
 from .errors import DasllamaError
+from .bench.cli import _add_bench_parser
 from .llm import DEFAULT_MODEL, LLM
 
 _TOKENIZER_KINDS = {"gpt2": "byte-level BPE", "llama": "SentencePiece", "bert": "WordPiece",
@@ -202,6 +203,7 @@ def main(argv=None) -> int:
     p.add_argument("--system", default=None, help="a system message that opens the chat")
     p.add_argument("--stats", action="store_true", help="print throughput after each reply")
     p.set_defaults(run=_cmd_chat)
+    _add_bench_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -34,6 +34,7 @@ layer (and the [T, E] x [E, V] output layer, the largest matrix of a small model
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Sequence
 
@@ -41,7 +42,7 @@ import numpy as np
 
 from .. import gguf
 from ..errors import GGUFError, ShapeError
-from .llm_arch import ARCHITECTURES, is_local_layer, read_config
+from .llm_arch import ARCHITECTURES, is_local_layer, read_config, tensor_names
 
 __all__ = ["ReferenceLLM", "ARCHITECTURES", "rms_norm", "rope", "attention"]
 
@@ -67,7 +68,8 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     """GELU, tanh approximation (Hendrycks & Gimpel 2016), Gemma's hidden_activation."""
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+    # math.sqrt, not np.sqrt: a NumPy float64 scalar would promote a float32 x to float64
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -203,7 +205,7 @@ class ReferenceLLM:
             self.config = read_config(f.metadata, f.tensors)
             self.weights = {name: f.tensor(name).astype(self.dtype, copy=False)
                             for name in f.tensors}
-        self._check_shapes()
+        self._check_tensors()
 
     @property
     def output(self) -> np.ndarray:
@@ -227,8 +229,18 @@ class ReferenceLLM:
     def has(self, il: int, name: str) -> bool:
         return f"blk.{il}.{name}" in self.weights
 
-    def _check_shapes(self) -> None:
+    def _check_tensors(self) -> None:
+        """Every tensor the forward pass needs is present with its shape, and none is unused."""
         c = self.config
+        required, optional = tensor_names(c)
+        missing = sorted(required - self.weights.keys())
+        if missing:
+            raise GGUFError(f"{c['arch']} needs tensor {missing[0]!r}, missing from the file "
+                            f"({len(missing)} missing in all)")
+        unknown = sorted(self.weights.keys() - required - optional)
+        if unknown:
+            raise NotImplementedError(f"tensor {unknown[0]!r} ({len(unknown)} unknown in all) "
+                                      f"has no place in the reference {c['arch']} forward pass")
         E, H, Hkv, D, Dv = c["n_embd"], c["n_head"], c["n_head_kv"], c["head_dim"], c["head_dim_v"]
         expect = {"attn_q.weight": (H * D, E), "attn_k.weight": (Hkv * D, E),
                   "attn_v.weight": (Hkv * Dv, E), "attn_output.weight": (E, H * Dv)}
@@ -243,7 +255,8 @@ class ReferenceLLM:
 
     # ----- one transformer block -------------------------------------------------------------
 
-    def attention_block(self, il: int, x: np.ndarray, pos: np.ndarray, cache: KVCache) -> np.ndarray:
+    def attention_block(self, il: int, x: np.ndarray, pos: np.ndarray,
+                        cache: KVCache) -> np.ndarray:
         """Self-attention of layer il on normalized input x: [T, E] -> [T, E].
 
         Appends this call's keys and values to the cache at positions pos, then attends over
@@ -256,7 +269,7 @@ class ReferenceLLM:
         q = x @ self.w(il, "attn_q.weight").T                          # [T, H*D]
         k = x @ self.w(il, "attn_k.weight").T                          # [T, Hkv*D]
         v = x @ self.w(il, "attn_v.weight").T                          # [T, Hkv*Dv]
-        if self.has(il, "attn_q.bias"):                                # qwen2
+        if self.has(il, "attn_q.bias"):                    # qwen2; optional for the others
             q = q + self.w(il, "attn_q.bias")
             k = k + self.w(il, "attn_k.bias")
             v = v + self.w(il, "attn_v.bias")
@@ -264,7 +277,7 @@ class ReferenceLLM:
         k = k.reshape(T, Hkv, D)
         v = v.reshape(T, Hkv, Dv)
 
-        if self.has(il, "attn_q_norm.weight"):                         # qwen3, qwen3moe, gemma3
+        if c["qk_norm"]:                                               # qwen3, qwen3moe, gemma3
             # QK-norm: RMSNorm over each head's D features, before the rotation.
             q = rms_norm(q, self.w(il, "attn_q_norm.weight"), c["rms_eps"])
             k = rms_norm(k, self.w(il, "attn_k_norm.weight"), c["rms_eps"])

@@ -83,6 +83,7 @@ def read_config(metadata: dict[str, Any], tensors: dict[str, Any]) -> dict[str, 
         head_dim_v=int(get("attention.value_length", n_embd // n_head)),
         n_ff=int(get("feed_forward_length", 0)),
         rms_eps=float(get("attention.layer_norm_rms_epsilon")),
+        qk_norm=arch in ("qwen3", "qwen3moe", "gemma3"),         # RMSNorm per head on q and k
         rope_style=_ROPE_STYLE[arch],
         rope_base=float(get("rope.freq_base", 10000.0)),
         n_rot=int(get("rope.dimension_count", head_dim)),     # leading dims of a head that rotate
@@ -138,6 +139,29 @@ def _rope_freq_scale(arch: str, get) -> float:
         return 1.0 / factor
     raise NotImplementedError(f"{arch}.rope.scaling.type = {kind!r}: the reference implements "
                               f"only 'none' and 'linear' RoPE scaling")
+
+
+def tensor_names(c: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """(required, optional) tensor names of a model with config c. The forward pass uses
+    exactly these; a file with any other tensor holds something it would silently ignore."""
+    arch = c["arch"]
+    required = {"token_embd.weight", "output_norm.weight"}
+    optional = {"output.weight"} | ({"rope_freqs.weight"} if arch == "llama" else set())
+    for il in range(c["n_layer"]):
+        b = f"blk.{il}."
+        layer = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm"]
+        if c["qk_norm"]:
+            layer += ["attn_q_norm", "attn_k_norm"]
+        if arch == "gemma3":
+            layer += ["post_attention_norm", "post_ffw_norm"]
+        if arch == "qwen3moe":
+            layer += ["ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]
+        else:
+            layer += ["ffn_gate", "ffn_up", "ffn_down"]
+        required |= {b + n + ".weight" for n in layer}
+        biases = {b + n + ".bias" for n in ("attn_q", "attn_k", "attn_v")}
+        (required if arch == "qwen2" else optional).update(biases)   # llama.cpp: optional elsewhere
+    return required, optional
 
 
 def is_local_layer(c: dict[str, Any], il: int) -> bool:
