@@ -1,6 +1,7 @@
 #include "core/byte_source.h"
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include <fcntl.h>
@@ -64,6 +65,16 @@ std::shared_ptr<const ByteSource> ByteSource::wrap(const uint8_t* data, uint64_t
     src->owner_ = std::move(owner);
     src->name_ = std::move(name);
     return src;
+}
+
+void ByteSource::release(const uint8_t* p, uint64_t n) const {
+    if (!mapped_ || p < data_ || n > size_ || p - data_ > static_cast<std::ptrdiff_t>(size_ - n))
+        return;
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+    // Private read-only file pages: dropping them loses nothing, a later read refaults them.
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 ByteSource::~ByteSource() {

@@ -24,6 +24,13 @@ public:
     uint64_t size() const { return size_; }
     const std::string& name() const { return name_; }
 
+    // Tells the OS that [p, p + n) will not be read again soon, so its pages can leave
+    // resident memory (they are read back from the file if they are). Only a mapped file's
+    // pages are released, and only whole pages inside the range; memory owned elsewhere is
+    // left alone. Used after weights are repacked into a copy, so a model is not resident
+    // twice.
+    void release(const uint8_t* p, uint64_t n) const;
+
 private:
     ByteSource() = default;
     const uint8_t* data_ = nullptr;

@@ -149,7 +149,8 @@ void run_matmul(const Kernels& k, const WeightMatrix& w, const float* x, int64_t
 }  // namespace
 
 WeightMatrix prepare_weight(const TypeTraits& type, int64_t rows, int64_t cols,
-                            const uint8_t* data, std::shared_ptr<const void> keep_alive) {
+                            const uint8_t* data, std::shared_ptr<const void> keep_alive,
+                            const ConsumedFn& consumed) {
     if (rows < 0 || cols < 0)
         throw ShapeError("prepare_weight: negative shape (" + std::to_string(rows) + ", " +
                          std::to_string(cols) + ")");
@@ -171,7 +172,15 @@ WeightMatrix prepare_weight(const TypeTraits& type, int64_t rows, int64_t cols,
     owner->bytes.resize(static_cast<size_t>(prb * rows + 64));
     owner->keep_alive = std::move(keep_alive);
     uint8_t* out = owner->aligned();
-    for (int64_t r = 0; r < rows; ++r) mm::pack_row(k, data + r * w.row_bytes, cols, out + r * prb);
+    // Rows are handed back in stretches of about kConsumedStretch source bytes: small enough
+    // that a large matrix is never resident twice, large enough to cost nothing.
+    constexpr int64_t kConsumedStretch = 4 << 20;
+    const int64_t rows_per_stretch = std::max<int64_t>(1, kConsumedStretch / w.row_bytes);
+    for (int64_t r0 = 0; r0 < rows; r0 += rows_per_stretch) {
+        const int64_t r1 = std::min(rows, r0 + rows_per_stretch);
+        for (int64_t r = r0; r < r1; ++r) mm::pack_row(k, data + r * w.row_bytes, cols, out + r * prb);
+        if (consumed) consumed(data + r0 * w.row_bytes, static_cast<uint64_t>((r1 - r0) * w.row_bytes));
+    }
     w.packed_kind = kind;
     w.packed = out;
     w.packed_row_bytes = prb;

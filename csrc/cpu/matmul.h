@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -53,9 +54,12 @@ struct WeightMatrix {
 // Wraps (and, for types with an integer kernel, repacks) rows x cols values of `type` at
 // `data`. `keep_alive` holds the mapping. Throws FormatError for a type the kernels cannot
 // multiply (no dequantizer) or cols not a multiple of its block size, ShapeError for negative
-// sizes.
+// sizes. When the matrix is repacked, `consumed(p, n)` (if given) is called for each stretch of
+// source bytes already copied, so a caller can let those pages go while the rest is packed.
+using ConsumedFn = std::function<void(const uint8_t* p, uint64_t n)>;
 WeightMatrix prepare_weight(const TypeTraits& type, int64_t rows, int64_t cols,
-                            const uint8_t* data, std::shared_ptr<const void> keep_alive);
+                            const uint8_t* data, std::shared_ptr<const void> keep_alive,
+                            const ConsumedFn& consumed = {});
 
 // Y = X W^T as above, split over the pool's threads. n_tokens >= 0 (0 does nothing).
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,

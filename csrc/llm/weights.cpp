@@ -74,7 +74,11 @@ private:
                               int64_t rows, int64_t cols) const {
         row_bytes_of(name, t, cols);
         try {
-            return cpu::prepare_weight(*t.traits, rows, cols, data, f_);
+            // A repacked matrix is read from its copy; the file's pages need not stay resident
+            // (row lookups and the f32 parity path fault back in the few they touch).
+            const ByteSource& src = *f_->source(t.file);
+            return cpu::prepare_weight(*t.traits, rows, cols, data, f_,
+                                       [&src](const uint8_t* p, uint64_t n) { src.release(p, n); });
         } catch (const FormatError& e) {
             throw FormatError(f_->path() + ": tensor '" + name + "': " + e.what());
         }
