@@ -1,7 +1,9 @@
 """Shared fixtures. Real model files come from `dasllama pull smollm2 gemma3` (CI runs it);
 without them the tests that need one skip, saying so, except under CI=true, where they fail."""
 
+import json
 import os
+from pathlib import Path
 
 # NumPy's BLAS threads busy-wait for cores; on small shared machines that makes the reference
 # chain many times slower. Set before NumPy is first imported.
@@ -28,5 +30,20 @@ def real_model():
             if _in_ci():
                 pytest.fail(f"CI needs the real model {name!r}: {e}")
             pytest.skip(f"real model {name!r} is not here ({e})")
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_run():
+    """llama_cpp_run("SmolLM2") -> the recorded llama.cpp run whose file name holds that
+    text (tests/fixtures/llm/*SmolLM2*.json), as a dict; skips when there is none."""
+    folder = Path(__file__).parent / "fixtures" / "llm"
+
+    def get(name: str):
+        hits = sorted(folder.glob(f"*{name}*.json")) if folder.is_dir() else []
+        if not hits:
+            pytest.skip(f"no llama.cpp fixture for {name}")
+        return json.loads(hits[0].read_text())
 
     return get

@@ -1,13 +1,11 @@
 """`dasllama generate` and `dasllama chat`, run as a user runs them (subprocesses), on a
 random-weight model and on the real SmolLM2 against llama.cpp's greedy continuation."""
 
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +16,6 @@ from dasllama.testing.random_gguf import write_random_model
 pytestmark = pytest.mark.skipif(not hasattr(_core, "LLMModel"), reason="no _core.LLMModel")
 STATS = re.compile(r"^prompt: (\d+) tokens( \(\d+ cached\))?, [\d.]+ tok/s; "
                    r"generation: (\d+) tokens, [\d.]+ tok/s$")
-FIXTURES = [Path(__file__).parent / "fixtures" / "llm"]
 
 
 def cli(*args, stdin=None, prelude=""):
@@ -112,17 +109,9 @@ def test_ctrl_c_stops_generation_cleanly(model):
     assert "Traceback" not in err and STATS.match(err.strip().splitlines()[-1])
 
 
-def _fixture(name):
-    for folder in FIXTURES:
-        hits = sorted(folder.glob(f"*{name}*.json")) if folder.is_dir() else []
-        if hits:
-            return json.loads(hits[0].read_text())
-    pytest.skip(f"no llama.cpp fixture for {name}")
-
-
-def test_smollm2_greedy_through_the_cli(real_model):
+def test_smollm2_greedy_through_the_cli(real_model, llama_cpp_run):
     real_model("smollm2")   # skips when absent; the command itself uses the default model
-    case = _fixture("SmolLM2")["greedy"][0]
+    case = llama_cpp_run("SmolLM2")["greedy"][0]
     # compare the tokens before the first near-tie of llama.cpp's run
     n = next((i for i, m in enumerate(case["margins"]) if m < 0.05), len(case["margins"]))
     rc, out, err = cli("generate", case["prompt"], "--temperature", "0", "--max-tokens", str(n),

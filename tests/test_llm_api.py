@@ -2,10 +2,8 @@
 interrupts. The logic runs against a scripted fake model (FakeModel below, with the methods
 of _core.LLMModel), then against real forward passes: random-weight models and SmolLM2."""
 
-import json
 import os
 import signal
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +15,6 @@ from dasllama.testing.random_gguf import write_random_model
 
 HAVE_MODEL = hasattr(_core, "LLMModel")
 needs_model = pytest.mark.skipif(not HAVE_MODEL, reason="no _core.LLMModel in this build")
-FIXTURES = [Path(__file__).parent / "fixtures" / "llm"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,17 +415,9 @@ def test_random_model_interrupt_with_a_real_signal(random_llm):
     assert llm.generate("abc", temperature=0, max_tokens=20) == want
 
 
-def _fixture(name):
-    for folder in FIXTURES:
-        hits = sorted(folder.glob(f"*{name}*.json")) if folder.is_dir() else []
-        if hits:
-            return json.loads(hits[0].read_text())
-    pytest.skip(f"no llama.cpp fixture for {name}")
-
-
 @needs_model
-def test_smollm2_greedy_matches_llama_cpp(real_model):
-    fx = _fixture("SmolLM2")
+def test_smollm2_greedy_matches_llama_cpp(real_model, llama_cpp_run):
+    fx = llama_cpp_run("SmolLM2")
     with LLM(real_model("smollm2"), n_ctx=512) as llm:
         case = fx["greedy"][0]
         assert llm.tokenize(case["prompt"]) == case["prompt_ids"]

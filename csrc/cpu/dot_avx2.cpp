@@ -1,19 +1,12 @@
 // Dot products for AVX2 + FMA + F16C (built with DASLLAMA_ISA_FLAGS_avx2).
-#include <immintrin.h>
-
-#include <cstring>
-
 #include "cpu/dot.h"
+#include "cpu/simd_x86.h"
 
 namespace dasllama::cpu::dot {
 namespace {
 
-float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+using simd_x86::hsum;
+using simd_x86::load_f16;
 
 float f32_avx2(const float* a, const float* b, int64_t n) {
     // Four accumulators cover the FMA latency (4 cycles, 2 issued per cycle on recent cores).
@@ -32,12 +25,6 @@ float f32_avx2(const float* a, const float* b, int64_t n) {
     return s;
 }
 
-float f16(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);  // x86 is little-endian, like the file
-    return _cvtsh_ss(h);    // exact, denormals included
-}
-
 // 16 int8 pairs -> 8 int32 partial sums, exact: sign-extend to int16, multiply-add pairs.
 // (The usual maddubs trick, |a| * sign(b, a), is wrong when b = -128 and a < 0, and Q8_0
 // data may hold -128.)
@@ -54,7 +41,8 @@ float q8_0_avx2(const uint8_t* a, const uint8_t* b, int64_t n) {
             mul_sum_i8(_mm256_castsi256_si128(qa), _mm256_castsi256_si128(qb)),
             mul_sum_i8(_mm256_extracti128_si256(qa, 1), _mm256_extracti128_si256(qb, 1)));
         // Lane sums are at most 4 * 2^14 = 2^16: exact in float.
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(a) * f16(b)), _mm256_cvtepi32_ps(p), acc);
+        const __m256 d = _mm256_set1_ps(load_f16(a) * load_f16(b));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
     }
     return hsum(acc);
 }

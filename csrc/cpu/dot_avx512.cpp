@@ -1,31 +1,12 @@
 // Dot products for AVX-512 F/BW/VL/DQ + VNNI (built with DASLLAMA_ISA_FLAGS_avx512).
-// GCC 12's AVX-512 headers build placeholder vectors by self-initialization and then warn
-// about them (GCC bug 105593, fixed in 12.3): silence that for the header only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
-
-#include <cstring>
-
 #include "cpu/dot.h"
+#include "cpu/simd_x86.h"
 
 namespace dasllama::cpu::dot {
 namespace {
 
-float hsum(__m512 v) {
-    const __m512 hi = _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 2, 3, 2));
-    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(hi));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+using simd_x86::hsum;
+using simd_x86::load_f16;
 
 float f32_avx512(const float* a, const float* b, int64_t n) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
@@ -45,12 +26,6 @@ float f32_avx512(const float* a, const float* b, int64_t n) {
     }
     return hsum(
         _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
-}
-
-float f16(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);  // x86 is little-endian, like the file
-    return _cvtsh_ss(h);
 }
 
 // VNNI multiplies unsigned by signed bytes. a + 128 is unsigned (flip the top bit), and
@@ -86,14 +61,16 @@ float q8_0_avx512(const uint8_t* a, const uint8_t* b, int64_t n) {
     int64_t blk = 0;
     for (; blk + 2 <= nb; blk += 2, a += 2 * kQ8_0Bytes, b += 2 * kQ8_0Bytes) {
         const __m512i p = mul_sum_i8(load_quants2(a), load_quants2(b));
-        const float d0 = f16(a) * f16(b), d1 = f16(a + kQ8_0Bytes) * f16(b + kQ8_0Bytes);
+        const float d0 = load_f16(a) * load_f16(b);
+        const float d1 = load_f16(a + kQ8_0Bytes) * load_f16(b + kQ8_0Bytes);
         const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
         acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
     }
     __m256 tail = _mm256_setzero_ps();
     if (blk < nb) {
         const __m256i p = mul_sum_i8(load_quants(a), load_quants(b));
-        tail = _mm256_mul_ps(_mm256_set1_ps(f16(a) * f16(b)), _mm256_cvtepi32_ps(p));
+        const __m256 d = _mm256_set1_ps(load_f16(a) * load_f16(b));
+        tail = _mm256_mul_ps(d, _mm256_cvtepi32_ps(p));
     }
     // Insert into zeros: a plain cast would leave the upper half undefined.
     const __m512 tail512 = _mm512_insertf32x8(_mm512_setzero_ps(), tail, 0);

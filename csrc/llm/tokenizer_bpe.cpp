@@ -2,31 +2,13 @@
 // UTF-8 bytes as GPT-2's printable code points, then repeatedly apply the lowest-ranked merge
 // among adjacent symbols (ties: leftmost). A final symbol that is not a token is spelt as
 // single-byte-character tokens.
-#include <queue>
-
 #include "llm/tokenizer_detail.h"
+#include "llm/tokenizer_merge.h"
 #include "llm/unicode.h"
 
 namespace dasllama::tokenizer_detail {
 
 namespace {
-
-struct Symbol {
-    int32_t prev, next;
-    size_t start, len;  // bytes of the encoded word; len 0 once merged into its left neighbour
-};
-
-struct Bigram {
-    int32_t left, right;
-    int32_t rank;
-    size_t len;  // left.len + right.len when queued: a later mismatch means it is stale
-};
-
-struct BigramOrder {
-    bool operator()(const Bigram& a, const Bigram& b) const {
-        return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-    }
-};
 
 void merge_word(const Vocab& v, std::string_view word, std::string& key,
                 std::vector<int32_t>& out) {
@@ -37,46 +19,20 @@ void merge_word(const Vocab& v, std::string_view word, std::string& key,
             return;
         }
     }
-    std::vector<Symbol> sym;
-    for (size_t off = 0; off < word.size();) {
-        const size_t len = std::min(unicode::utf8_seq_len(static_cast<uint8_t>(word[off])),
-                                    word.size() - off);
-        const auto i = static_cast<int32_t>(sym.size());
-        sym.push_back({i - 1, off + len == word.size() ? -1 : i + 1, off, len});
-        off += len;
-    }
-
-    std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
-    auto try_pair = [&](int32_t l, int32_t r) {
-        if (l < 0 || r < 0) return;
-        key.assign(word.substr(sym[l].start, sym[l].len));
+    // A lower rank merges first, so the priority is minus the rank (int64: no overflow).
+    auto pair_priority = [&](const MergeSymbol& l, const MergeSymbol& r) -> std::optional<int64_t> {
+        key.assign(word.substr(l.start, l.len));
         key.push_back(' ');
-        key.append(word.substr(sym[r].start, sym[r].len));
+        key.append(word.substr(r.start, r.len));
         auto it = v.merge_rank.find(key);
-        if (it != v.merge_rank.end()) queue.push({l, r, it->second, sym[l].len + sym[r].len});
+        if (it == v.merge_rank.end()) return std::nullopt;
+        return -int64_t(it->second);
     };
-    for (int32_t i = 1; i < static_cast<int32_t>(sym.size()); ++i) try_pair(i - 1, i);
-
-    while (!queue.empty()) {
-        const Bigram b = queue.top();
-        queue.pop();
-        Symbol& l = sym[b.left];
-        Symbol& r = sym[b.right];
-        if (l.len == 0 || r.len == 0 || l.len + r.len != b.len) continue;
-        l.len += r.len;
-        r.len = 0;
-        l.next = r.next;
-        if (r.next >= 0) sym[r.next].prev = b.left;
-        try_pair(l.prev, b.left);
-        try_pair(b.left, l.next);
-    }
-
-    for (int32_t i = sym.empty() ? -1 : 0; i >= 0; i = sym[i].next) {
-        const std::string_view piece = word.substr(sym[i].start, sym[i].len);
+    greedy_merge<int64_t>(word, pair_priority, [&](std::string_view piece) {
         const int32_t id = v.find(piece);
         if (id >= 0) {
             out.push_back(id);
-            continue;
+            return;
         }
         // As llama.cpp: look each byte of the encoded text up as a one-byte token; the bytes
         // of a multi-byte code point are not tokens and are dropped.
@@ -84,7 +40,7 @@ void merge_word(const Vocab& v, std::string_view word, std::string& key,
             const int32_t b = v.find(std::string_view(&c, 1));
             if (b >= 0) out.push_back(b);
         }
-    }
+    });
 }
 
 }  // namespace

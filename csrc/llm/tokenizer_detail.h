@@ -1,5 +1,6 @@
 // Internals shared by the tokenizer's files (tokenizer.cpp, tokenizer_spm.cpp,
-// tokenizer_bpe.cpp, pretokenize.cpp). Not part of the public API.
+// tokenizer_bpe.cpp, pretokenize.cpp; their common merge loop is tokenizer_merge.h).
+// Not part of the public API.
 #pragma once
 
 #include <array>

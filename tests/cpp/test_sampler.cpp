@@ -26,12 +26,16 @@ std::vector<float> probs(const Sampler& s, const std::vector<float>& logits) {
     return out;
 }
 
+// The token one sample of `logits` picks (the sampler's state, e.g. its history, applies).
+int32_t pick(Sampler& s, const std::vector<float>& logits) {
+    return s.sample(logits.data(), logits.size());
+}
+
 }  // namespace
 
 TEST(greedy_takes_the_arg_max_and_the_lower_id_on_ties) {
     Sampler s(plain(0.0f));
-    std::vector<float> l = {0.5f, 3.0f, -1.0f, 3.0f};
-    CHECK(s.sample(l.data(), l.size()) == 1);
+    CHECK(pick(s, {0.5f, 3.0f, -1.0f, 3.0f}) == 1);
 }
 
 TEST(top_k_keeps_the_k_largest) {
@@ -67,10 +71,10 @@ TEST(repetition_penalty_divides_positive_and_multiplies_negative_logits) {
     SamplerParams p = plain(0.0f);
     p.repeat_penalty = 2.0f;
     Sampler s(p);
-    std::vector<float> l = {3.0f, 2.0f, -1.0f};
-    CHECK(s.sample(l.data(), l.size()) == 0);
+    const std::vector<float> l = {3.0f, 2.0f, -1.0f};
+    CHECK(pick(s, l) == 0);
     s.accept(0);   // 3 -> 1.5 < 2
-    CHECK(s.sample(l.data(), l.size()) == 1);
+    CHECK(pick(s, l) == 1);
 }
 
 TEST(presence_and_frequency_penalties_subtract) {
@@ -78,12 +82,12 @@ TEST(presence_and_frequency_penalties_subtract) {
     p.frequency_penalty = 0.4f;
     p.presence_penalty = 0.1f;
     Sampler s(p);
-    std::vector<float> l = {2.0f, 1.0f};
+    const std::vector<float> l = {2.0f, 1.0f};
     s.accept(0);
     s.accept(0);   // 2 - 2*0.4 - 0.1 = 1.1 > 1
-    CHECK(s.sample(l.data(), l.size()) == 0);
+    CHECK(pick(s, l) == 0);
     s.accept(0);   // 2 - 3*0.4 - 0.1 = 0.7 < 1
-    CHECK(s.sample(l.data(), l.size()) == 1);
+    CHECK(pick(s, l) == 1);
 }
 
 TEST(history_keeps_the_last_n) {
@@ -93,8 +97,7 @@ TEST(history_keeps_the_last_n) {
     Sampler s(p);
     for (int t : {0, 1, 1}) s.accept(t);   // 0 has left the window
     CHECK(s.history_size() == 2);
-    std::vector<float> l = {2.0f, 1.5f};
-    CHECK(s.sample(l.data(), l.size()) == 0);
+    CHECK(pick(s, {2.0f, 1.5f}) == 0);
 }
 
 TEST(same_seed_same_tokens_and_reset_replays) {
@@ -105,12 +108,12 @@ TEST(same_seed_same_tokens_and_reset_replays) {
     Sampler a(p), b(p);
     std::vector<int32_t> first;
     for (int i = 0; i < 50; ++i) {
-        const int32_t t = a.sample(l.data(), l.size());
-        CHECK(t == b.sample(l.data(), l.size()));
+        const int32_t t = pick(a, l);
+        CHECK(t == pick(b, l));
         first.push_back(t);
     }
     a.reset();
-    for (int i = 0; i < 50; ++i) CHECK(a.sample(l.data(), l.size()) == first[i]);
+    for (int i = 0; i < 50; ++i) CHECK(pick(a, l) == first[i]);
 }
 
 TEST(bad_values_throw) {

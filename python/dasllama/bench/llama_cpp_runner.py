@@ -52,6 +52,8 @@ def _rss_now() -> int:
 
 
 def _max_rss() -> int:
+    # The same as dasllama.bench.probe.process_peak_rss_bytes, repeated because this file
+    # runs where dasllama is not importable (see the module docstring).
     try:
         import resource   # not on Windows
     except ImportError:
