@@ -3,8 +3,15 @@
 // A decode step runs a few hundred parallel loops of a few microseconds each, so a job must
 // cost far less than a mutex handoff per worker. run() publishes the job and bumps an atomic
 // generation; workers spin on it for a while (the next job usually follows within
-// microseconds) and only then sleep on a condition variable. The caller runs its own share
-// and spins until the workers' done counter reaches the job's count.
+// microseconds) and only then sleep on a condition variable.
+//
+// Each share of a job (a thread index) is claimed by compare-and-swap on its slot, from the
+// previous generation to the current one. The caller runs share 0, then claims every share no
+// worker has claimed yet and runs it itself: a worker that is asleep, slow to wake or
+// descheduled (more runnable threads than cores) never holds the job up. The caller then waits
+// only for the shares workers did claim. A worker that wakes late finds its slot taken, or
+// already claimed for a later generation, and goes back to waiting. The jobs that run here
+// hand out their work dynamically, so a share run late finds little or nothing left to do.
 //
 // Lost wake-ups are ruled out by a Dekker pair of sequentially consistent operations: a worker
 // about to sleep increments `sleepers` and then rereads the generation under the mutex; run()
@@ -87,9 +94,16 @@ struct ThreadPool::State {
     int n_threads = 1;
     std::vector<std::thread> workers;
 
-    const std::function<void(int, int)>* job = nullptr;
+    // One slot per share: the generation that last claimed it and the one that last finished
+    // it. Own cache lines, so the caller's polling does not bounce the workers' lines.
+    struct alignas(64) Slot {
+        std::atomic<uint64_t> claimed{0};
+        std::atomic<uint64_t> finished{0};
+    };
+    std::vector<Slot> slots;
+
+    std::atomic<const std::function<void(int, int)>*> job{nullptr};
     std::atomic<uint64_t> generation{0};  // bumped once per job; workers wait for a change
-    std::atomic<int> done{0};             // workers finished with the current job
     std::atomic<int> sleepers{0};         // workers blocked (or about to block) on `wake`
     std::atomic<bool> stop{false};
 
@@ -97,15 +111,23 @@ struct ThreadPool::State {
     std::condition_variable wake;
 
     std::mutex error_mutex;
-    std::exception_ptr error;  // the first exception a thread threw in the current job
+    std::exception_ptr error;  // the first exception a share threw in the current job
 
-    void run_share(int thread) {
+    void run_share(const std::function<void(int, int)>& fn, int share) {
         try {
-            (*job)(thread, n_threads);
+            fn(share, n_threads);
         } catch (...) {
             std::lock_guard<std::mutex> lock(error_mutex);
             if (!error) error = std::current_exception();
         }
+    }
+
+    // Claims share `share` of job generation `gen`; false when someone else holds it (or the
+    // slot has moved on to a later generation).
+    bool claim(int share, uint64_t gen) {
+        uint64_t expected = gen - 1;
+        return slots[size_t(share)].claimed.compare_exchange_strong(
+            expected, gen, std::memory_order_acq_rel, std::memory_order_relaxed);
     }
 
     // Returns the new generation, or `seen` when told to stop.
@@ -126,13 +148,16 @@ struct ThreadPool::State {
         return generation.load(std::memory_order_acquire);
     }
 
-    void worker_loop(int thread) {
+    void worker_loop(int share) {
         uint64_t seen = 0;
         for (;;) {
             seen = wait_for_job(seen);
             if (stop.load(std::memory_order_acquire)) return;
-            run_share(thread);
-            done.fetch_add(1, std::memory_order_acq_rel);
+            // The job pointer stays valid while our claim on this generation is unfinished:
+            // run() waits for it before it returns.
+            if (!claim(share, seen)) continue;
+            run_share(*job.load(std::memory_order_acquire), share);
+            slots[size_t(share)].finished.store(seen, std::memory_order_release);
         }
     }
 
@@ -155,6 +180,7 @@ struct ThreadPool::State {
 
 ThreadPool::ThreadPool(int n_threads) : state_(new State) {
     state_->n_threads = n_threads > 0 ? n_threads : physical_cores();
+    state_->slots = std::vector<State::Slot>(size_t(state_->n_threads));
     try {
         for (int t = 1; t < state_->n_threads; ++t)
             state_->workers.emplace_back([this, t] { state_->worker_loop(t); });
@@ -178,21 +204,29 @@ void ThreadPool::run(const std::function<void(int thread, int n_threads)>& fn) {
         fn(0, 1);
         return;
     }
-    s.job = &fn;
+    s.job.store(&fn, std::memory_order_relaxed);
     s.error = nullptr;
-    s.done.store(0, std::memory_order_relaxed);
-    s.generation.fetch_add(1, std::memory_order_seq_cst);  // publishes job, done and error
+    // Publishes job and error; share 0 is never claimed by a worker.
+    const uint64_t gen = s.generation.fetch_add(1, std::memory_order_seq_cst) + 1;
+    s.slots[0].claimed.store(gen, std::memory_order_relaxed);
     s.notify_sleepers();
 
-    s.run_share(0);
-
-    const int workers = s.n_threads - 1;
-    for (int i = 0; s.done.load(std::memory_order_acquire) < workers; ++i) {
-        cpu_relax();
-        // A worker may have lost its core (more threads than free CPUs): stop burning ours.
-        if (i > 4096) std::this_thread::yield();
+    s.run_share(fn, 0);
+    for (int share = 1; share < s.n_threads; ++share)
+        if (s.claim(share, gen)) {
+            s.run_share(fn, share);
+            s.slots[size_t(share)].finished.store(gen, std::memory_order_relaxed);
+        }
+    for (int share = 1; share < s.n_threads; ++share) {
+        const std::atomic<uint64_t>& finished = s.slots[size_t(share)].finished;
+        for (int i = 0; finished.load(std::memory_order_acquire) != gen; ++i) {
+            cpu_relax();
+            // The worker lost its core mid-share (more threads than free CPUs): stop
+            // burning ours.
+            if (i > 4096) std::this_thread::yield();
+        }
     }
-    s.job = nullptr;
+    s.job.store(nullptr, std::memory_order_relaxed);
     if (s.error) std::rethrow_exception(s.error);
 }
 

@@ -16,8 +16,11 @@ public:
     ThreadPool& operator=(const ThreadPool&) = delete;
 
     int size() const;
-    // Runs fn(thread_index, n_threads) on every thread of the pool (the caller is thread 0)
-    // and returns when all have finished. Not reentrant: call it from one thread at a time.
+    // Runs fn(share, n_shares) once for every share in [0, size()) and returns when all have
+    // finished. Shares are claimed: the caller runs share 0 and then any share no worker has
+    // picked up yet, so a descheduled worker never holds a job up. Shares may therefore run
+    // one after another on one thread: fn must not wait for another share (no barrier inside).
+    // Not reentrant: call it from one thread at a time.
     void run(const std::function<void(int thread, int n_threads)>& fn);
 
 private:

@@ -9,8 +9,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "core/errors.h"
 #include "core/thread_pool.h"
@@ -45,14 +51,26 @@ const Kernels& active() {
 
 constexpr int64_t kTokenBlock = 64;
 
-// Packed rows, 64-byte aligned, plus the mapping the unpacked view needs.
+// Packed rows plus the mapping the unpacked view needs. Large buffers are 2 MiB aligned and,
+// on Linux, asked for transparent huge pages: decode streams each matrix once per token, and
+// with 4 KiB pages every page costs a TLB walk and stops the hardware prefetcher at its edge
+// (the 262144-row output matrix of a large vocabulary ran at half the memory speed).
 struct PackedOwner {
-    std::vector<uint8_t> bytes;
+    uint8_t* data = nullptr;
     std::shared_ptr<const void> keep_alive;
-    uint8_t* aligned() {
-        const auto p = reinterpret_cast<uintptr_t>(bytes.data());
-        return bytes.data() + ((64 - p % 64) % 64);
+    explicit PackedOwner(size_t n) {
+        constexpr size_t kHuge = size_t(2) << 20;
+        const size_t align = n >= kHuge ? kHuge : 64;
+        const size_t size = (n + align - 1) / align * align;
+        data = static_cast<uint8_t*>(std::aligned_alloc(align, size));
+        if (!data) throw std::bad_alloc();
+#if defined(__linux__)
+        if (align == kHuge) ::madvise(data, size, MADV_HUGEPAGE);  // a hint: failure is harmless
+#endif
     }
+    ~PackedOwner() { std::free(data); }
+    PackedOwner(const PackedOwner&) = delete;
+    PackedOwner& operator=(const PackedOwner&) = delete;
 };
 
 // Grow-only scratch, 64-byte aligned, one per thread: no allocation once warm.
@@ -127,6 +145,50 @@ void matmul_quantized(const Kernels& k, const WeightMatrix& w, const float* x, i
     });
 }
 
+// Decode of several packed matrices over one input: x quantized once per packed kind, then
+// the row chunks of all matrices handed out from one counter in one pool job.
+constexpr int kMaxSharedTargets = 8;
+
+void matmul_shared_decode(const Kernels& k, const MatmulTarget* targets, int n_targets,
+                          const float* x, ThreadPool& pool) {
+    const int64_t cols = targets[0].w->cols;
+    int64_t act_offset[mm::kPackKinds];
+    std::fill(act_offset, act_offset + mm::kPackKinds, int64_t(-1));
+    int64_t act_bytes = 0;
+    int64_t first_task[kMaxSharedTargets + 1], chunk[kMaxSharedTargets];
+    first_task[0] = 0;
+    for (int i = 0; i < n_targets; ++i) {
+        const WeightMatrix& w = *targets[i].w;
+        const int kind = w.packed_kind;
+        if (act_offset[kind] < 0) {
+            act_offset[kind] = act_bytes;
+            act_bytes += mm::act_row_bytes(mm::kFormats[kind], cols);
+        }
+        chunk[i] = row_chunk(w.rows, pool.size());
+        first_task[i + 1] = first_task[i] + (w.rows + chunk[i] - 1) / chunk[i];
+    }
+    thread_local std::vector<uint8_t> act_buf;
+    uint8_t* act = scratch(act_buf, static_cast<size_t>(act_bytes));
+    for (int kind = 0; kind < mm::kPackKinds; ++kind)
+        if (act_offset[kind] >= 0)
+            k.quantize_act(static_cast<mm::PackKind>(kind), x, cols, act + act_offset[kind]);
+    const int64_t n_tasks = first_task[n_targets];
+    std::atomic<int64_t> next{0};
+    pool.run([&](int, int) {
+        int i = 0;
+        for (int64_t task; (task = next.fetch_add(1, std::memory_order_relaxed)) < n_tasks;) {
+            while (task >= first_task[i + 1]) ++i;  // tasks are taken in increasing order
+            const WeightMatrix& w = *targets[i].w;
+            const int64_t r0 = (task - first_task[i]) * chunk[i];
+            const int64_t r1 = std::min(w.rows, r0 + chunk[i]);
+            const int64_t stride = mm::act_row_bytes(mm::kFormats[w.packed_kind], cols);
+            k.gemm(static_cast<mm::PackKind>(w.packed_kind), w.packed + r0 * w.packed_row_bytes,
+                   w.packed_row_bytes, r1 - r0, cols, act + act_offset[w.packed_kind], stride,
+                   1, targets[i].y + r0, w.rows);
+        }
+    });
+}
+
 void check_matmul(const WeightMatrix& w, int64_t n_tokens) {
     if (!w.type || !w.data) throw ShapeError("matmul: the weight matrix was not prepared");
     if (n_tokens < 0) throw ShapeError("matmul: negative n_tokens " + std::to_string(n_tokens));
@@ -168,10 +230,9 @@ WeightMatrix prepare_weight(const TypeTraits& type, int64_t rows, int64_t cols,
 
     const auto k = static_cast<mm::PackKind>(kind);
     const int64_t prb = mm::packed_row_bytes(mm::kFormats[k], cols / mm::kFormats[k].block);
-    auto owner = std::make_shared<PackedOwner>();
-    owner->bytes.resize(static_cast<size_t>(prb * rows + 64));
+    auto owner = std::make_shared<PackedOwner>(static_cast<size_t>(prb * rows));
     owner->keep_alive = std::move(keep_alive);
-    uint8_t* out = owner->aligned();
+    uint8_t* out = owner->data;
     // Rows are handed back in stretches of about kConsumedStretch source bytes: small enough
     // that a large matrix is never resident twice, large enough to cost nothing.
     constexpr int64_t kConsumedStretch = 4 << 20;
@@ -196,6 +257,23 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 void matmul_with(std::string_view variant, const WeightMatrix& w, const float* x,
                  int64_t n_tokens, float* y, ThreadPool& pool, Precision precision) {
     run_matmul(variants().get(variant), w, x, n_tokens, y, pool, precision);
+}
+
+void matmul_shared_input(const MatmulTarget* targets, int n_targets, const float* x,
+                         int64_t n_tokens, ThreadPool& pool, Precision precision) {
+    bool shared = n_tokens == 1 && precision == Precision::kFast && n_targets >= 1 &&
+                  n_targets <= kMaxSharedTargets;
+    for (int i = 0; shared && i < n_targets; ++i) {
+        const WeightMatrix& w = *targets[i].w;
+        check_matmul(w, n_tokens);
+        shared = w.packed_kind >= 0 && w.rows > 0 && w.cols > 0 && w.cols == targets[0].w->cols;
+    }
+    if (!shared) {
+        for (int i = 0; i < n_targets; ++i)
+            matmul(*targets[i].w, x, n_tokens, targets[i].y, pool, precision);
+        return;
+    }
+    matmul_shared_decode(active(), targets, n_targets, x, pool);
 }
 
 std::vector<std::string> matmul_variants() { return variants().names(); }

@@ -65,6 +65,17 @@ WeightMatrix prepare_weight(const TypeTraits& type, int64_t rows, int64_t cols,
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
             Precision precision = Precision::kFast);
 
+// Several products of the same activations, Y_i = X W_i^T (all W_i with x's cols), as one
+// job on the pool: a decode step's q/k/v or gate/up projections are each too small to be
+// worth a pool round of their own. Same results as separate matmul calls.
+struct MatmulTarget {
+    const WeightMatrix* w;
+    float* y;
+};
+void matmul_shared_input(const MatmulTarget* targets, int n_targets, const float* x,
+                         int64_t n_tokens, ThreadPool& pool,
+                         Precision precision = Precision::kFast);
+
 // Row r of W as float32 (embedding lookup), equal to core/formats.h's dequantize of that
 // row. Throws ShapeError for r outside [0, rows).
 void get_row(const WeightMatrix& w, int64_t r, float* out);

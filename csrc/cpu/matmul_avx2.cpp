@@ -8,6 +8,7 @@
 // Activations are quantized by the generic kernel (a small share of the work).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "cpu/kernels_matmul.h"
@@ -159,11 +160,26 @@ void tile(const uint8_t* w, int64_t wrb, int64_t nb, const uint8_t* act, int64_t
             y[t * ldy + i] = hsum(_mm256_add_ps(acc[i][t][0], acc[i][t][1]));
 }
 
+// Decode streams each weight row once; the loads must be requested a few KiB ahead to keep
+// enough misses in flight (see matmul_avx512.cpp).
+constexpr int64_t kPrefetchAhead = 4096;
+
+void prefetch(const uint8_t* begin, const uint8_t* end) {
+    for (const uint8_t* p = begin; p < end; p += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
+
 template <int K>
 void gemm_kind(const uint8_t* w, int64_t wrb, int64_t n_rows, int64_t cols, const uint8_t* act,
                int64_t as, int64_t n_tokens, float* y, int64_t ldy) {
     const int64_t nb = cols / kFormats[K].block;
+    const uint8_t* end = w + n_rows * wrb;
+    if (n_tokens == 1) prefetch(w, std::min(w + kPrefetchAhead, end));
     for (int64_t r = 0; r < n_rows; ++r) {
+        if (n_tokens == 1) {
+            const uint8_t* next = w + r * wrb + kPrefetchAhead;
+            prefetch(next, std::min(next + wrb, end));
+        }
         int64_t t = 0;
         for (; t + 4 <= n_tokens; t += 4)
             tile<K, 1, 4>(w + r * wrb, wrb, nb, act + t * as, as, y + t * ldy + r, ldy);

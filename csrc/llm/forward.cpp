@@ -137,9 +137,14 @@ void Forward::attention_layer(int il, int64_t n, int64_t first, int64_t pos0, KV
     float* v = v_.data();
 
     const int64_t nq = n - first;  // query rows: the tokens whose output is needed
-    mm(l.wq, xn_.data() + first * cfg_.n_embd, nq, q, pool);
-    mm(l.wk, xn_.data(), n, k, pool);
-    mm(l.wv, xn_.data(), n, v, pool);
+    if (nq == n) {
+        const cpu::MatmulTarget qkv[] = {{&l.wq, q}, {&l.wk, k}, {&l.wv, v}};
+        cpu::matmul_shared_input(qkv, 3, xn_.data(), n, pool, precision_);
+    } else {
+        mm(l.wq, xn_.data() + first * cfg_.n_embd, nq, q, pool);
+        mm(l.wk, xn_.data(), n, k, pool);
+        mm(l.wv, xn_.data(), n, v, pool);
+    }
     if (cfg_.qkv_bias) {
         cpu::add_rows(q, nullptr, l.bq.data(), nq, cfg_.q_dim());
         cpu::add_rows(k, nullptr, l.bk.data(), n, cfg_.k_dim());
@@ -172,8 +177,8 @@ void Forward::attention_layer(int il, int64_t n, int64_t first, int64_t pos0, KV
 }
 
 void Forward::dense_ffn(const LayerWeights& l, int64_t n, ThreadPool& pool) {
-    mm(l.ffn_gate, xn_.data(), n, gate_.data(), pool);
-    mm(l.ffn_up, xn_.data(), n, up_.data(), pool);
+    const cpu::MatmulTarget gate_up[] = {{&l.ffn_gate, gate_.data()}, {&l.ffn_up, up_.data()}};
+    cpu::matmul_shared_input(gate_up, 2, xn_.data(), n, pool, precision_);
     if (cfg_.gelu_ffn)
         cpu::geglu_tanh(gate_.data(), up_.data(), n * cfg_.n_ff);
     else

@@ -297,3 +297,60 @@ TEST(errors_name_the_fault) {
     cpu::WeightMatrix empty;
     CHECK_THROWS_AS(cpu::matmul(empty, out.data(), 1, out.data(), pool), ShapeError);
 }
+
+// One job over several matrices with the same input (a decode step's q/k/v) gives exactly what
+// separate matmul calls give: same kernels, same activation bytes. Mixed packed kinds (each
+// quantizes x its own way), a float-path type (falls back to separate calls), row counts that
+// split unevenly, one and two tokens (two takes the plain path), 1 and 2 threads.
+// Negative control: the same comparison against a matrix that differs in one row must fail.
+TEST(shared_input_equals_separate_calls) {
+    std::mt19937 rng(5);
+    const int64_t cols = 768;  // a multiple of every block size
+    struct Spec {
+        const char* type;
+        int64_t rows;
+    };
+    const Spec specs[] = {{"Q5_0", 1024}, {"Q5_0", 256}, {"Q8_0", 37}, {"Q6_K", 70}, {"F16", 5}};
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<cpu::WeightMatrix> ws;
+    for (const Spec& s : specs) {
+        const TypeTraits* t = type_traits(s.type);
+        data.push_back(random_rows(*t, s.rows, cols, rng, true));
+        ws.push_back(cpu::prepare_weight(*t, s.rows, cols, data.back().data(), nullptr));
+    }
+    for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        for (int64_t n_tokens : {1, 2}) {
+            for (int n : {1, 3, 5}) {  // the first n matrices (5 includes the F16 one)
+                const auto x = random_activations(n_tokens * cols, rng);
+                std::vector<std::vector<float>> shared(static_cast<size_t>(n)), separate(shared);
+                std::vector<cpu::MatmulTarget> targets;
+                for (int i = 0; i < n; ++i) {
+                    shared[i].assign(static_cast<size_t>(n_tokens * ws[i].rows), NAN);
+                    separate[i].resize(shared[i].size());
+                    targets.push_back({&ws[i], shared[i].data()});
+                    cpu::matmul(ws[i], x.data(), n_tokens, separate[i].data(), pool);
+                }
+                cpu::matmul_shared_input(targets.data(), n, x.data(), n_tokens, pool);
+                for (int i = 0; i < n; ++i)
+                    CHECK_MSG(std::memcmp(shared[i].data(), separate[i].data(),
+                                          shared[i].size() * sizeof(float)) == 0,
+                              std::string(specs[i].type) + " threads " + std::to_string(threads) +
+                                  " tokens " + std::to_string(n_tokens) + " targets " +
+                                  std::to_string(n));
+            }
+        }
+    }
+    // Negative control: one changed row of the first matrix must show up.
+    ThreadPool pool(2);
+    std::vector<uint8_t> changed = data[0];
+    const int64_t rb = row_bytes(*type_traits("Q5_0"), cols);
+    for (int64_t b = 2; b < rb; ++b) changed[size_t(500 * rb + b)] ^= 0x11;
+    const auto w2 = cpu::prepare_weight(*type_traits("Q5_0"), 1024, cols, changed.data(), nullptr);
+    const auto x = random_activations(cols, rng);
+    std::vector<float> a(1024), b(1024);
+    cpu::matmul(ws[0], x.data(), 1, a.data(), pool);
+    const cpu::MatmulTarget one{&w2, b.data()};
+    cpu::matmul_shared_input(&one, 1, x.data(), 1, pool);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0);
+}
