@@ -33,10 +33,28 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace dasllama::cpu::mm {
 
 enum PackKind : int { kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kPackKinds };
+
+// Calls fn(std::integral_constant<PackKind, K>{}) for the run-time kind, so each kernel file's
+// templates over K are reached through this one switch.
+template <typename Fn>
+inline void with_pack_kind(PackKind kind, Fn&& fn) {
+    switch (kind) {
+        case kQ4_0: return fn(std::integral_constant<PackKind, kQ4_0>{});
+        case kQ4_1: return fn(std::integral_constant<PackKind, kQ4_1>{});
+        case kQ5_0: return fn(std::integral_constant<PackKind, kQ5_0>{});
+        case kQ5_1: return fn(std::integral_constant<PackKind, kQ5_1>{});
+        case kQ8_0: return fn(std::integral_constant<PackKind, kQ8_0>{});
+        case kQ4_K: return fn(std::integral_constant<PackKind, kQ4_K>{});
+        case kQ5_K: return fn(std::integral_constant<PackKind, kQ5_K>{});
+        case kQ6_K: return fn(std::integral_constant<PackKind, kQ6_K>{});
+        default: return;
+    }
+}
 
 struct PackFormat {
     const char* name;

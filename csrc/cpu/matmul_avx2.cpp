@@ -6,12 +6,12 @@
 // 255, so its signed weights are restored (u ^ 0x80) and multiplied as |w| * sign(a, w):
 // at most 128 * 127 * 2 = 32512, and the dot is then already the signed one (no offset).
 // Activations are quantized by the generic kernel (a small share of the work).
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "cpu/kernels_matmul.h"
+#include "cpu/simd_x86.h"
 
 namespace dasllama::cpu::mm {
 namespace {
@@ -126,13 +126,6 @@ inline void group_product(const uint8_t* w, int64_t wrb, const uint8_t* act, int
     }
 }
 
-float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 template <int K, int R, int T>
 void tile(const uint8_t* w, int64_t wrb, int64_t nb, const uint8_t* act, int64_t as, float* y,
           int64_t ldy) {
@@ -157,7 +150,7 @@ void tile(const uint8_t* w, int64_t wrb, int64_t nb, const uint8_t* act, int64_t
     }
     for (int i = 0; i < R; ++i)
         for (int t = 0; t < T; ++t)
-            y[t * ldy + i] = hsum(_mm256_add_ps(acc[i][t][0], acc[i][t][1]));
+            y[t * ldy + i] = simd_x86::hsum(_mm256_add_ps(acc[i][t][0], acc[i][t][1]));
 }
 
 // Decode streams each weight row once; the loads must be requested a few KiB ahead to keep
@@ -190,17 +183,9 @@ void gemm_kind(const uint8_t* w, int64_t wrb, int64_t n_rows, int64_t cols, cons
 
 void gemm_avx2(PackKind kind, const uint8_t* w, int64_t wrb, int64_t n_rows, int64_t cols,
                const uint8_t* act, int64_t as, int64_t n_tokens, float* y, int64_t ldy) {
-    switch (kind) {
-        case kQ4_0: return gemm_kind<kQ4_0>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ4_1: return gemm_kind<kQ4_1>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ5_0: return gemm_kind<kQ5_0>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ5_1: return gemm_kind<kQ5_1>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ8_0: return gemm_kind<kQ8_0>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ4_K: return gemm_kind<kQ4_K>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ5_K: return gemm_kind<kQ5_K>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ6_K: return gemm_kind<kQ6_K>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        default: return;
-    }
+    with_pack_kind(kind, [&](auto k) {
+        gemm_kind<decltype(k)::value>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
+    });
 }
 
 const Kernels table{"avx2", quantize_act_generic, gemm_avx2};

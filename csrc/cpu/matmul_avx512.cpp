@@ -9,20 +9,11 @@
 //
 // Tiles: decode (one token) runs 4 rows at a time so the activation loads are shared;
 // prefill runs 2 rows x 4 tokens so each weight vector is unpacked once for 4 tokens.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
 #include <cstring>
 
 #include "cpu/kernels_matmul.h"
+#include "cpu/simd_x86.h"  // <immintrin.h> with GCC 12's false warnings silenced
 
 namespace dasllama::cpu::mm {
 namespace {
@@ -248,17 +239,9 @@ void gemm_kind(const uint8_t* w, int64_t wrb, int64_t n_rows, int64_t cols, cons
 
 void gemm_avx512(PackKind kind, const uint8_t* w, int64_t wrb, int64_t n_rows, int64_t cols,
                  const uint8_t* act, int64_t as, int64_t n_tokens, float* y, int64_t ldy) {
-    switch (kind) {
-        case kQ4_0: return gemm_kind<kQ4_0>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ4_1: return gemm_kind<kQ4_1>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ5_0: return gemm_kind<kQ5_0>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ5_1: return gemm_kind<kQ5_1>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ8_0: return gemm_kind<kQ8_0>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ4_K: return gemm_kind<kQ4_K>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ5_K: return gemm_kind<kQ5_K>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        case kQ6_K: return gemm_kind<kQ6_K>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
-        default: return;
-    }
+    with_pack_kind(kind, [&](auto k) {
+        gemm_kind<decltype(k)::value>(w, wrb, n_rows, cols, act, as, n_tokens, y, ldy);
+    });
 }
 
 const Kernels table{"avx512", quantize_act_avx512, gemm_avx512};
