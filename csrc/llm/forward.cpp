@@ -194,7 +194,7 @@ void Forward::moe_ffn(const LayerWeights& l, int64_t n, ThreadPool& pool) {
     // change, not a rounding.
     cpu::matmul(l.router, xn_.data(), n, router_.data(), pool, cpu::Precision::kF32);
     std::fill(expert_count_.begin(), expert_count_.end(), 0);
-    int64_t order[4096];
+    int64_t order[kMaxExperts];  // n_expert <= kMaxExperts, checked when the config is read
     for (int64_t t = 0; t < n; ++t) {
         float* p = router_.data() + t * X;
         cpu::softmax(p, X);

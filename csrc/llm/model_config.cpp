@@ -175,8 +175,8 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& f) {
     if (c.moe) {
         c.n_expert = k.required_int("expert_count");
         c.n_expert_used = k.required_int("expert_used_count");
-        k.check(c.n_expert > 0 && c.n_expert <= 4096, "expert_count", double(c.n_expert),
-                "must be in [1, 4096]");
+        k.check(c.n_expert > 0 && c.n_expert <= kMaxExperts, "expert_count", double(c.n_expert),
+                "must be in [1, " + std::to_string(kMaxExperts) + "]");
         k.check(c.n_expert_used > 0 && c.n_expert_used <= c.n_expert, "expert_used_count",
                 double(c.n_expert_used),
                 "must be in [1, expert_count = " + std::to_string(c.n_expert) + "]");

@@ -28,6 +28,9 @@ struct LayerConfig {
     double rope_scale = 1.0;  // positions are multiplied by this (linear rope scaling)
 };
 
+// The most experts a mixture-of-experts layer may have: bounds the router's per-token scratch.
+constexpr int64_t kMaxExperts = 4096;
+
 struct ModelConfig {
     Arch arch = Arch::Llama;
     std::string arch_name;    // the general.architecture string
