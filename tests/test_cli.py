@@ -3,8 +3,6 @@
 import subprocess
 import sys
 
-import pytest
-
 from dasllama.testing.random_gguf import write_random_model
 
 

@@ -49,7 +49,7 @@ def describe(f: gguf.GGUFFile) -> str:
         f"architecture    {arch}",
         f"parameters      {_count(params)} ({params:,})",
         f"context length  {meta.get(f'{arch}.context_length', '-')}",
-        f"tokenizer       " + (f"{_TOKENIZER_KINDS.get(tokenizer, tokenizer)} ({tokenizer}), "
+        "tokenizer       " + (f"{_TOKENIZER_KINDS.get(tokenizer, tokenizer)} ({tokenizer}), "
                                f"{len(meta.get('tokenizer.ggml.tokens', []))} tokens"
                                if tokenizer else "-"),
         f"metadata        {len(meta)} entries",

@@ -95,8 +95,6 @@ class LLM:
         n_ctx = _check_int("n_ctx", n_ctx, 1)
         threads = _check_int("threads", threads, 0, allow_none=True)
         path = models.find(DEFAULT_MODEL if path_or_name is None else path_or_name)
-        if not hasattr(_core, "LLMModel"):
-            raise DasllamaError("this build of dasllama has no language-model forward pass")
         model = _core.LLMModel(str(path), n_ctx=n_ctx, n_threads=threads or 0, kv_type=kv_type)
         self._attach(model, path, template=None)
 
