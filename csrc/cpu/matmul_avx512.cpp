@@ -205,6 +205,15 @@ void prefetch(const uint8_t* begin, const uint8_t* end) {
         _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
 }
 
+// R rows of the weight against every token: 4-token tiles, then single tokens.
+template <int K, int R>
+void row_tiles(const uint8_t* wr, int64_t wrb, int64_t nb, const uint8_t* act, int64_t as,
+               int64_t n_tokens, float* yr, int64_t ldy) {
+    int64_t t = 0;
+    for (; t + 4 <= n_tokens; t += 4) tile<K, R, 4>(wr, wrb, nb, act + t * as, as, yr + t * ldy, ldy);
+    for (; t < n_tokens; ++t) tile<K, R, 1>(wr, wrb, nb, act + t * as, as, yr + t * ldy, ldy);
+}
+
 template <int K>
 void gemm_kind(const uint8_t* w, int64_t wrb, int64_t n_rows, int64_t cols, const uint8_t* act,
                int64_t as, int64_t n_tokens, float* y, int64_t ldy) {
@@ -221,20 +230,8 @@ void gemm_kind(const uint8_t* w, int64_t wrb, int64_t n_rows, int64_t cols, cons
         for (; r < n_rows; ++r) tile<K, 1, 1>(w + r * wrb, wrb, nb, act, as, y + r, ldy);
         return;
     }
-    for (; r + 2 <= n_rows; r += 2) {
-        int64_t t = 0;
-        for (; t + 4 <= n_tokens; t += 4)
-            tile<K, 2, 4>(w + r * wrb, wrb, nb, act + t * as, as, y + t * ldy + r, ldy);
-        for (; t < n_tokens; ++t)
-            tile<K, 2, 1>(w + r * wrb, wrb, nb, act + t * as, as, y + t * ldy + r, ldy);
-    }
-    for (; r < n_rows; ++r) {
-        int64_t t = 0;
-        for (; t + 4 <= n_tokens; t += 4)
-            tile<K, 1, 4>(w + r * wrb, wrb, nb, act + t * as, as, y + t * ldy + r, ldy);
-        for (; t < n_tokens; ++t)
-            tile<K, 1, 1>(w + r * wrb, wrb, nb, act + t * as, as, y + t * ldy + r, ldy);
-    }
+    for (; r + 2 <= n_rows; r += 2) row_tiles<K, 2>(w + r * wrb, wrb, nb, act, as, n_tokens, y + r, ldy);
+    for (; r < n_rows; ++r) row_tiles<K, 1>(w + r * wrb, wrb, nb, act, as, n_tokens, y + r, ldy);
 }
 
 void gemm_avx512(PackKind kind, const uint8_t* w, int64_t wrb, int64_t n_rows, int64_t cols,
