@@ -1,0 +1,56 @@
+// The Vulkan home's prelude: the shared vocabulary spelled in GLSL 4.50.
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : enable
+
+#define float2 vec2
+#define float4 vec4
+#define uint2 uvec2
+#define uint3 uvec3
+#define uint4 uvec4
+#define int2 ivec2
+
+#define gk_float2(a, b) vec2(a, b)
+#define gk_float4(a, b, c, d) vec4(a, b, c, d)
+#define gk_uint2(a, b) uvec2(a, b)
+
+#define GK_LOCAL_ID gl_LocalInvocationID.x
+#define GK_GROUP_ID gl_WorkGroupID
+#define GK_NUM_GROUPS gl_NumWorkGroups
+#define GK_LANE gl_SubgroupInvocationID
+#define GK_SUBGROUP_SIZE gl_SubgroupSize
+#define GK_SUBGROUP_ID gl_SubgroupID
+#define GK_NUM_SUBGROUPS gl_NumSubgroups
+
+#define gk_subgroup_add(x) subgroupAdd(x)
+#define gk_subgroup_max(x) subgroupMax(x)
+// Workgroup-memory barrier: every invocation waits, and shared writes before are visible after.
+#define GK_BARRIER() memoryBarrierShared(); barrier()
+
+#define gk_bits_to_float(u) uintBitsToFloat(u)
+#define gk_float_to_bits(f) floatBitsToUint(f)
+#define gk_unpack_half2(u) unpackHalf2x16(u)
+#define gk_fma(a, b, c) fma(a, b, c)
+#define gk_rsqrt(x) inversesqrt(x)
+#define gk_min(a, b) min(a, b)
+#define gk_max(a, b) max(a, b)
+// Results that both homes must round alike: no contraction or reassociation.
+#define GK_PRECISE precise
+#define GK_UNROLL [[unroll]]
+#define GK_INLINE
+
+#define GK_ACCESS_ro readonly
+#define GK_ACCESS_rw
+#define GK_ACCESS_wo writeonly
+#define GK_GLSL_BUFFER(slot, access, type, name) \
+    layout(std430, set = 0, binding = slot) GK_ACCESS_##access buffer GkBuffer_##name { type name[]; };
+#define GK_GLSL_ARG(type, name) type name;
+#define GK_GLSL_SHARED(type, name, count) shared type name[count];
+
+#define GK_KERNEL(kname, BUFFERS, ARGS, SHARED, WG) \
+    layout(local_size_x = WG) in; \
+    BUFFERS(GK_GLSL_BUFFER) \
+    layout(push_constant) uniform GkArgs { ARGS(GK_GLSL_ARG) } args; \
+    SHARED(GK_GLSL_SHARED) \
+    void main() {
+#define GK_KERNEL_END }

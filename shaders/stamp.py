@@ -1,0 +1,235 @@
+"""Stamp the kernel templates into the homes (run by CMake at build time).
+
+Reads shaders/stamps.txt and writes, under --out:
+  vulkan/NAME.comp, vulkan/NAME.spv   GLSL wrapper and its SPIR-V (when a compiler is given)
+  metal/NAME.metal                    the flattened MSL text of each Metal stamp
+  gk_args.h                           one argument struct per template (namespace gk_args)
+  gk_stamps.cpp                       the stamp table of csrc/gpu/stamps.h
+
+    python shaders/stamp.py --out DIR [--glslc PATH | --glslang PATH] [--cpp "c++ -E"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+HOMES = ("vulkan", "metal")
+# Subgroup arithmetic needs SPIR-V 1.3, i.e. Vulkan 1.1.
+VULKAN_TARGET = "vulkan1.1"
+
+
+class StampError(Exception):
+    pass
+
+
+@dataclass
+class Stamp:
+    name: str
+    template: str
+    defines: list
+    homes: tuple
+    line: int
+
+
+def read_stamps(path: Path) -> list:
+    stamps, seen = [], set()
+    for n, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 4:
+            raise StampError(f"{path}:{n}: expected 'name template defines homes', got {raw!r}")
+        name, template, defines, homes = parts
+        if not name.isidentifier() or name in seen:
+            raise StampError(f"{path}:{n}: stamp name {name!r} is not a new identifier")
+        seen.add(name)
+        if not (HERE / "kernels" / f"{template}.gk.h").is_file():
+            raise StampError(f"{path}:{n}: no template shaders/kernels/{template}.gk.h")
+        defs = [] if defines == "-" else defines.split(",")
+        for d in defs:
+            key = d.split("=", 1)[0]
+            if not key.isidentifier():
+                raise StampError(f"{path}:{n}: bad define {d!r}")
+        home_list = tuple(homes.split(","))
+        if not set(home_list) <= set(HOMES):
+            raise StampError(f"{path}:{n}: homes {homes!r} not within {HOMES}")
+        stamps.append(Stamp(name, template, defs, home_list, n))
+    return stamps
+
+
+def _define_lines(defines: list) -> str:
+    out = []
+    for d in defines:
+        key, _, value = d.partition("=")
+        out.append(f"#define {key} {value or 1}")
+    return "\n".join(out)
+
+
+def glsl_wrapper(stamp: Stamp) -> str:
+    return "\n".join([
+        "#version 450",
+        "#extension GL_GOOGLE_include_directive : require",
+        "#define GK_HOME_VULKAN 1",
+        _define_lines(stamp.defines),
+        f'#include "kernels/{stamp.template}.gk.h"',
+        "",
+    ])
+
+
+def compile_vulkan(stamp: Stamp, out: Path, glslc: str | None, glslang: str | None) -> Path:
+    src = out / "vulkan" / f"{stamp.name}.comp"
+    spv = out / "vulkan" / f"{stamp.name}.spv"
+    src.write_text(glsl_wrapper(stamp))
+    if glslc:
+        cmd = [glslc, "-fshader-stage=compute", f"--target-env={VULKAN_TARGET}", "-O",
+               "-I", str(HERE), "-o", str(spv), str(src)]
+    else:
+        cmd = [glslang, "-V", "--target-env", VULKAN_TARGET, "-S", "comp",
+               "-I" + str(HERE), "-o", str(spv), str(src)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise StampError(f"stamp {stamp.name} (stamps.txt line {stamp.line}) failed to compile:\n"
+                         f"{r.stdout}{r.stderr}")
+    return spv
+
+
+def flatten_metal(stamp: Stamp, out: Path, cpp: list) -> str:
+    cmd = cpp + ["-P", "-x", "c++", "-DGK_HOME_METAL=1", "-I", str(HERE)]
+    cmd += [f"-D{d}" for d in stamp.defines]
+    cmd += [str(HERE / "kernels" / f"{stamp.template}.gk.h")]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise StampError(f"stamp {stamp.name}: flattening for Metal failed:\n{r.stderr}")
+    body = "\n".join(line for line in r.stdout.splitlines() if line.strip())
+    text = ("// Generated from shaders/kernels/%s.gk.h by shaders/stamp.py.\n"
+            "#include <metal_stdlib>\nusing namespace metal;\n%s\n" % (stamp.template, body))
+    (out / "metal" / f"{stamp.name}.metal").write_text(text)
+    return text
+
+
+def _host_block(stamp: Stamp, ns: str) -> str:
+    undefs = "\n".join(f"#undef {d.split('=', 1)[0]}" for d in stamp.defines)
+    return f"""namespace {ns} {{
+{_define_lines(stamp.defines)}
+#include "kernels/{stamp.template}.gk.h"
+struct Args {{ GK_ARGS(GK_HOST_ARG) }};
+constexpr uint32_t n_buffers = 0 GK_BUFFERS(GK_HOST_COUNT_BUFFER);
+constexpr uint32_t wg_size = GK_WG;
+#undef GK_BUFFERS
+#undef GK_ARGS
+#undef GK_SHARED
+#undef GK_WG
+{undefs}
+}}  // namespace {ns}
+"""
+
+
+def write_args_header(stamps: list, out: Path) -> None:
+    first = {}
+    for s in stamps:
+        first.setdefault(s.template, s)
+    parts = ["// Generated by shaders/stamp.py: one argument struct per kernel template, the",
+             "// layout of its push-constant block.",
+             "#pragma once", '#include "gk/gk_host.h"', "#define GK_HOME_HOST 1",
+             "namespace dasllama::gpu::gk_args {"]
+    for template, s in first.items():
+        parts.append(_host_block(s, f"detail_{template}"))
+        parts.append(f"using {template} = detail_{template}::Args;")
+        parts.append(f"static_assert(sizeof({template}) <= 128, "
+                     f"\"{template}: argument block over the 128-byte push-constant minimum\");")
+    parts += ["}  // namespace dasllama::gpu::gk_args", "#undef GK_HOME_HOST", ""]
+    (out / "gk_args.h").write_text("\n".join(parts))
+
+
+def _words(spv: Path) -> list:
+    data = spv.read_bytes()
+    if len(data) % 4:
+        raise StampError(f"{spv}: SPIR-V length {len(data)} is not a multiple of 4")
+    return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
+
+
+def _c_string(text: str) -> str:
+    # Raw string literals have a length limit on some compilers: emit short adjacent pieces.
+    pieces = [text[i:i + 2000] for i in range(0, len(text), 2000)] or [""]
+    return "\n".join(f'R"gk({p})gk"' for p in pieces)
+
+
+def write_table(stamps: list, out: Path, spirv: dict, msl: dict, missing_reason: str) -> None:
+    lines = ["// Generated by shaders/stamp.py from shaders/stamps.txt.",
+             "#include <cstring>", '#include "gpu/stamps.h"', '#include "gk_args.h"',
+             "#define GK_HOME_HOST 1", "namespace dasllama::gpu {", "namespace {"]
+    for s in stamps:
+        lines.append(_host_block(s, f"stamp_{s.name}"))
+        lines.append(f"static_assert(sizeof(stamp_{s.name}::Args) == sizeof(gk_args::{s.template}),"
+                     f" \"stamp {s.name}: its defines changed template {s.template}'s arguments\");")
+        if s.name in spirv:
+            words = ", ".join(f"0x{w:08x}u" for w in spirv[s.name])
+            lines.append(f"const uint32_t spirv_{s.name}[] = {{{words}}};")
+        if s.name in msl:
+            lines.append(f"const char msl_{s.name}[] = {_c_string(msl[s.name])};")
+    lines.append("const StampInfo kStamps[] = {")
+    for s in stamps:
+        sp = (f"spirv_{s.name}, sizeof(spirv_{s.name}) / 4" if s.name in spirv else "nullptr, 0")
+        ms = f"msl_{s.name}" if s.name in msl else "nullptr"
+        lines.append(f'    {{"{s.name}", "{s.template}", stamp_{s.name}::n_buffers, '
+                     f"sizeof(stamp_{s.name}::Args), stamp_{s.name}::wg_size, {sp}, {ms}}},")
+    lines += ["};", "}  // namespace",
+              "const StampInfo* stamps_begin() { return kStamps; }",
+              "const StampInfo* stamps_end() { return kStamps + sizeof(kStamps) / sizeof(kStamps[0]); }",
+              "const StampInfo* find_stamp(std::string_view name) {",
+              "    for (const StampInfo& s : kStamps)",
+              "        if (name == s.name) return &s;",
+              "    return nullptr;",
+              "}",
+              f"bool vulkan_stamps_built() {{ return {'true' if spirv else 'false'}; }}",
+              f"const char* vulkan_stamps_missing_reason() {{ return {_c_string(missing_reason)}; }}",
+              "}  // namespace dasllama::gpu", ""]
+    (out / "gk_stamps.cpp").write_text("\n".join(lines))
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--stamps", type=Path, default=HERE / "stamps.txt")
+    ap.add_argument("--glslc", default="")
+    ap.add_argument("--glslang", default="")
+    ap.add_argument("--cpp", default="c++ -E", help="the C preprocessor for the Metal stamps")
+    ap.add_argument("--no-metal", action="store_true")
+    ap.add_argument("--missing-reason", default="this build found no shader compiler "
+                    "(glslc or glslangValidator): Vulkan is off")
+    args = ap.parse_args(argv)
+    try:
+        stamps = read_stamps(args.stamps)
+        for home in HOMES:
+            (args.out / home).mkdir(parents=True, exist_ok=True)
+        spirv, msl = {}, {}
+        compiler = args.glslc or args.glslang
+        for s in stamps:
+            if compiler and "vulkan" in s.homes:
+                spirv[s.name] = _words(compile_vulkan(s, args.out, args.glslc or None,
+                                                      args.glslang or None))
+            if not args.no_metal and "metal" in s.homes:
+                msl[s.name] = flatten_metal(s, args.out, shlex.split(args.cpp))
+        write_args_header(stamps, args.out)
+        write_table(stamps, args.out, spirv, msl, "" if compiler else args.missing_reason)
+    except StampError as e:
+        print(f"stamp.py: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
