@@ -160,9 +160,9 @@ def test_dasllama_engine_clears_the_cache_and_decodes_tg_one_token_at_a_time():
 
 # --- the record ---------------------------------------------------------------------------
 
-ROW_KEYS = {"engine", "version", "threads", "model", "model_sha256", "arch", "quant", "params",
-            "test", "unit", "n", "mean", "sd", "median", "min", "max", "cv", "samples_ts",
-            "samples_ns"}
+ROW_KEYS = {"kind", "engine", "backend", "version", "threads", "model", "model_sha256", "arch",
+            "quant", "params", "test", "unit", "n", "mean", "sd", "median", "min", "max", "cv",
+            "noisy", "reruns", "samples_ts", "samples_ns"}
 
 
 def test_benchmark_record_structure(tmp_path):
@@ -177,24 +177,31 @@ def test_benchmark_record_structure(tmp_path):
 
     openers = {"dasllama": opener("dasllama", 500), "llama.cpp": opener("llama.cpp", 1000)}
     result = llm.benchmark([path], openers, threads=2, reps=2, n_prompt=16, n_gen=4, pause=0)
-    rec = record.finish(result, probe.machine(), probe.build(), probe.process_peak_rss_bytes())
+    machine = probe.machine()
+    rec = record.finish(result, machine, probe.build(), probe.process_peak_rss_bytes(),
+                        box=probe.box_name(machine))
     out = record.write(rec, tmp_path / "records" / "llm-test.json")
     back = json.loads(out.read_text())
-    assert back["schema"] == record.SCHEMA
-    assert set(back) >= {"created", "machine", "build", "config", "engines", "rows", "ratios",
-                         "memory", "validation", "process_peak_rss"}
+    assert back["schema"] == record.SCHEMA and back["complete"] is True
+    assert set(back) >= {"created", "box", "command", "env", "machine", "build", "config",
+                         "engines", "rows", "memory", "validation", "process_peak_rss"}
+    assert "ratios" not in back          # derived when printing, never stored
     assert back["machine"]["logical_cores"] >= 1 and back["machine"]["cpu"]
     assert back["config"]["n_ctx"] == 20 and back["config"]["alternate"] is True
+    # rows are added a test at a time, every engine's row of that test together
     assert [(r["engine"], r["test"]) for r in back["rows"]] == [
-        ("dasllama", "pp16"), ("dasllama", "tg4"), ("llama.cpp", "pp16"), ("llama.cpp", "tg4")]
+        ("dasllama", "pp16"), ("llama.cpp", "pp16"), ("dasllama", "tg4"), ("llama.cpp", "tg4")]
     for r in back["rows"]:
         assert ROW_KEYS <= set(r), ROW_KEYS - set(r)
         assert r["model"] == "tiny.gguf" and len(r["model_sha256"]) == 64
         assert r["arch"] == "llama" and r["quant"] == "Q8_0" and r["params"] > 0
         assert r["n"] == 2 and len(r["samples_ns"]) == 2
+        assert r["kind"] == "llm" and r["backend"] == "cpu"
+        assert r["noisy"] is False and r["reruns"] == 0    # the fakes do not vary
     pp = back["rows"][0]
     assert pp["median"] == pytest.approx(16 * 1e9 / (16 * 500))   # t/s from the fake's ns
-    assert [(q["test"], q["ratio"]) for q in back["ratios"]] == [("pp16", 2.0), ("tg4", 2.0)]
+    assert [(o["test"], q) for o, _, q in record.pairs(back["rows"])] == [("pp16", 2.0),
+                                                                          ("tg4", 2.0)]
     mem = {m["engine"]: m for m in back["memory"]}
     assert mem["dasllama"]["peak_rss"] > 0 and mem["llama.cpp"]["peak_rss"] == 123
     # layers x positions x kv heads x (k + v head size) x f16
@@ -423,6 +430,12 @@ def test_bench_subcommand_parses():
                          "--reps", "3"])
     assert args.model == ["smollm2"] and args.engine == "llama.cpp" and args.reps == 3
     assert args.run.__name__ == "run_llm"
+    for argv, verb in ((["bench", "check", "new.json"], "run_check"),
+                       (["bench", "--check", "new.json"], "_run_bench"),
+                       (["bench", "board", "--out", "x"], "run_board"),
+                       (["bench", "tune", "-m", "smollm2"], "run_tune"),
+                       (["bench", "tuning"], "run_tuning_show")):
+        assert p.parse_args(argv).run.__name__ == verb
 
 
 @pytest.mark.skipif(not os.environ.get("DASLLAMA_LLAMA_CPP_PYTHON"),

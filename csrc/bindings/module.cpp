@@ -9,4 +9,5 @@ PYBIND11_MODULE(_core, m) {
     dasllama::bindings::bind_tokenizer(m);
     dasllama::bindings::bind_llm(m);
     dasllama::bindings::bind_sampler(m);
+    dasllama::bindings::bind_tuning(m);
 }

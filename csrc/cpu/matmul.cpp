@@ -1,7 +1,7 @@
 // Matmul entry points: weight preparation, the variant list, and the split of one product
 // over the thread pool. The kernels themselves are in matmul_generic.cpp and the ISA files.
 //
-// Work split: the rows are cut into chunks and tokens into blocks of kTokenBlock; threads
+// Work split: the rows are cut into chunks and tokens into blocks of the token tile; threads
 // take (token block, row chunk) tasks from an atomic counter, so a thread slowed by another
 // process does not hold up the rest. Tasks run token block by token block: the quantized
 // activations of one block stay in cache while all rows pass over them.
@@ -20,6 +20,7 @@
 
 #include "core/errors.h"
 #include "core/thread_pool.h"
+#include "core/tuning.h"
 #include "cpu/dispatch.h"
 #include "cpu/dot.h"
 #include "cpu/kernels_matmul.h"
@@ -49,7 +50,12 @@ const Kernels& active() {
     return chosen;
 }
 
-constexpr int64_t kTokenBlock = 64;
+// Tokens per prefill task. Wider tiles reuse each weight row over more tokens; narrower ones
+// keep the block's quantized activations in L1/L2 and make more tasks to share. The best width
+// depends on the cache sizes: `dasllama bench tune` races candidates and records the winner.
+// Any width gives the same results (each output is one row against one token).
+const tuning::Knob& kTokenTile = tuning::define(
+    "cpu.matmul.token_tile", 64, 4, 1024, "tokens per prefill matmul task (token block width)");
 
 // Packed rows plus the mapping the unpacked view needs. Large buffers are 2 MiB aligned and,
 // on Linux, asked for transparent huge pages: decode streams each matrix once per token, and
@@ -92,14 +98,15 @@ template <class Body>
 void parallel_tiles(ThreadPool& pool, int64_t rows, int64_t n_tokens, const Body& body) {
     const int64_t chunk = row_chunk(rows, pool.size());
     const int64_t n_chunks = (rows + chunk - 1) / chunk;
-    const int64_t n_blocks = (n_tokens + kTokenBlock - 1) / kTokenBlock;
+    const int64_t tile = kTokenTile.get();  // read once: one width for the whole product
+    const int64_t n_blocks = (n_tokens + tile - 1) / tile;
     const int64_t n_tasks = n_chunks * n_blocks;
     std::atomic<int64_t> next{0};
     pool.run([&](int, int) {
         for (int64_t task; (task = next.fetch_add(1, std::memory_order_relaxed)) < n_tasks;) {
             const int64_t tb = task / n_chunks, rc = task % n_chunks;
-            const int64_t r0 = rc * chunk, t0 = tb * kTokenBlock;
-            body(r0, std::min(rows, r0 + chunk), t0, std::min(n_tokens, t0 + kTokenBlock));
+            const int64_t r0 = rc * chunk, t0 = tb * tile;
+            body(r0, std::min(rows, r0 + chunk), t0, std::min(n_tokens, t0 + tile));
         }
     });
 }

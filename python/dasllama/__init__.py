@@ -25,3 +25,10 @@ def cpu_features() -> dict:
     dasllama runs (``amx``, ``avx512``, ``avx2``, ``generic``, ``neon_dotprod``, ``neon``).
     ``DASLLAMA_CPU_ISA`` caps that level (for example ``generic`` to rule out a SIMD kernel)."""
     return dict(_cpu_features())
+
+
+# This box's tuning file ($DASLLAMA_TUNING), applied whole or not at all. Last: it reads
+# __version__ and cpu_features above.
+from .bench import tuning as _tuning  # noqa: E402
+
+_tuning.apply_at_start()

@@ -1,7 +1,9 @@
-"""``dasllama bench llm``: the command line of the LLM benchmark.
+"""``dasllama bench``: the command line of the benchmarks.
 
-``_add_bench_parser(sub)`` adds the ``bench`` command to dasllama's own parser; ``llm_main()``
-is the same command standing alone (bench/llm_bench.py calls it).
+``_add_bench_parser(sub)`` adds the ``bench`` command to dasllama's own parser, with
+``llm`` (throughput against llama.cpp), ``check`` (the regression check), ``board`` (the HTML
+board), ``tune`` (race kernel knobs, write the tuning file) and ``tuning`` (show it);
+``llm_main()`` is ``bench llm`` standing alone (bench/llm_bench.py calls it).
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ import argparse
 import sys
 from typing import Optional
 
+from pathlib import Path
+
 from ..errors import DasllamaError
-from . import llm, probe, record
+from . import check, llm, probe, record, tuning
+from .progress import Progress, stop_on_signals
 from .llama_cpp import PYTHON_ENV, LlamaBenchBinary, LlamaCppRunner, PeerError, find_peer_python
 
-__all__ = ["add_llm_arguments", "run_llm", "llm_main"]
+__all__ = ["add_llm_arguments", "run_and_record", "run_llm", "llm_main"]
 
 ENGINES = {"both": ("dasllama", "llama.cpp"), "dasllama": ("dasllama",),
            "llama.cpp": ("llama.cpp",)}
@@ -51,6 +56,14 @@ def add_llm_arguments(p: argparse.ArgumentParser, default_out: Optional[str] = N
                    help="write the JSON record there; {box} becomes the machine's label"
                         + (f" (default {default_out})" if default_out else ""))
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--no-rerun", action="store_true",
+                   help=f"do not run a cell again when its cv exceeds "
+                        f"{100 * record.NOISE_CV:.0f}%% (it is still marked noisy)")
+    p.add_argument("--check", action="store_true",
+                   help="then compare the rows with the stored record of this box (exit 1 "
+                        "when a row is more than 5%% below the stored mean)")
+    p.add_argument("--records", metavar="DIR",
+                   help="stored records for --check (default bench/records)")
 
 
 def _openers(args, engines) -> dict:
@@ -73,22 +86,51 @@ def _openers(args, engines) -> dict:
     return out
 
 
-def _progress(quiet: bool):
-    def on_event(kind, **f):
-        if quiet:
-            return
-        if kind == "model":
-            msg = f"model {f['file']} ({f['arch']}, {f['quant']}, {f['params']:,} parameters)"
-        elif kind == "validate":
-            msg = f"  top-5 next tokens after {f['prompt_tokens']} ids: {f['top']}"
-            if f["top1_agree"] is False:
-                msg += "  <- the engines disagree on top-1"
-        elif kind == "warmup":
-            msg = f"  {f['test']:<6} {f['engine']:<9} warm-up"
-        else:
-            msg = f"  {f['test']:<6} {f['engine']:<9} rep {f['rep'] + 1}: {f['ns'] / 1e6:9.1f} ms"
-        print(msg, file=sys.stderr, flush=True)
-    return on_event
+def records_dir() -> Optional[Path]:
+    """bench/records of the source tree this package sits in; None in an installed wheel."""
+    here = Path(__file__).resolve()
+    for d in here.parents:
+        if (d / "bench" / "schema.json").is_file():
+            return d / "bench" / "records"
+    return None
+
+
+def run_and_record(paths, openers, *, threads: int, reps: int, n_prompt: int, n_gen: int,
+                   seed: int = 0, pause: float = 0.1, kv_type: str = "f16",
+                   noise_cv: Optional[float] = record.NOISE_CV, out: Optional[str] = None,
+                   quiet: bool = False, stream=None) -> tuple:
+    """Run the benchmark with progress on stderr and the record written as rows finish (so a
+    stop, even a hard one, leaves a valid file holding every finished row). SIGTERM and SIGHUP
+    stop it like Ctrl-C. Returns (record, path written or None)."""
+    show = Progress(quiet, stream)
+    machine = probe.machine()
+    box = probe.box_name(machine)
+    build = probe.build()
+    path = Path(out.format(box=box)) if out else None
+    written = [None]
+
+    def checkpoint(result):
+        if path is not None and result["rows"]:
+            rec = record.finish(result, machine, build, None, box=box)
+            rec["complete"] = False    # still running (or killed hard, if it stays so)
+            written[0] = record.write(rec, path)
+
+    with stop_on_signals():
+        result = llm.benchmark(paths, openers, threads=threads, reps=reps, n_prompt=n_prompt,
+                               n_gen=n_gen, seed=seed, pause=pause, kv_type=kv_type,
+                               noise_cv=noise_cv, on_event=show, on_rows=checkpoint)
+        machine["loadavg_1m_end"] = probe.machine()["loadavg_1m"]
+        rec = record.finish(result, machine, build, probe.process_peak_rss_bytes(), box=box)
+        if path is not None and rec["rows"]:
+            written[0] = record.write(rec, path)
+    stopped = result.get("stopped")
+    if stopped:
+        where = written[0] or "nowhere (no --out)"
+        show.say(f"stopped by {stopped['signal']} after {stopped['rows_done']} of "
+                 f"{stopped['rows_planned']} rows; "
+                 + (f"the finished rows are kept in {where}" if rec["rows"] else
+                    "no row had finished: nothing written"))
+    return rec, written[0]
 
 
 def run_llm(args) -> int:
@@ -97,31 +139,161 @@ def run_llm(args) -> int:
     paths = [models.find(n) for n in names]
     engines = ENGINES[args.engine]
     threads = args.threads or _default_threads()
-    machine = probe.machine()
-    result = llm.benchmark(paths, _openers(args, engines), threads=threads, reps=args.reps,
-                           n_prompt=args.n_prompt, n_gen=args.n_gen, seed=args.seed,
-                           pause=args.pause, kv_type=args.kv_type,
-                           on_event=_progress(args.quiet))
-    machine["loadavg_1m_end"] = probe.machine()["loadavg_1m"]
-    rec = record.finish(result, machine, probe.build(), probe.process_peak_rss_bytes())
-    print(record.format_table(rec))
-    print()
-    print(record.format_memory(rec))
-    if args.out:
-        path = record.write(rec, args.out.format(box=probe.box_name(machine)))
-        print(f"\nrecord written to {path}")
+    rec, path = run_and_record(paths, _openers(args, engines), threads=threads, reps=args.reps,
+                               n_prompt=args.n_prompt, n_gen=args.n_gen, seed=args.seed,
+                               pause=args.pause, kv_type=args.kv_type,
+                               noise_cv=None if args.no_rerun else record.NOISE_CV,
+                               out=args.out, quiet=args.quiet)
+    if rec["rows"]:
+        print(record.format_table(rec))
+        if rec.get("memory"):
+            print()
+            print(record.format_memory(rec))
+    if path:
+        print(f"\nrecord written to {path}" + ("" if rec["complete"] else " (incomplete)"))
+    if rec.get("stopped"):
+        return 130
+    if args.check:
+        return _check(rec, args.records)
     return 0
 
 
+def _check(new: dict, folder: Optional[str]) -> int:
+    folder = folder or records_dir()
+    if folder is None:
+        print("dasllama bench check: no stored records here; pass --records DIR",
+              file=sys.stderr)
+        return 2
+    findings = check.compare(new, check.load_records(folder))
+    print(check.format_findings(findings, check.box_of(new)))
+    code = check.exit_code(findings)
+    if code == 2:
+        print(f"nothing to compare: {folder} has no row of box {check.box_of(new)!r} for "
+              f"these files and tests", file=sys.stderr)
+    return code
+
+
+def run_check(args) -> int:
+    return _check(record.load(args.record), args.records)
+
+
+def run_board(args) -> int:
+    from . import board
+    folder = args.records or records_dir()
+    if folder is None:
+        print("dasllama bench board: pass --records DIR", file=sys.stderr)
+        return 2
+    out = args.out or Path(folder).parent / "board"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("dasllama bench board: the charts need matplotlib (pip install matplotlib)",
+              file=sys.stderr)
+        return 2
+    index = board.render(board.load_folder(folder), out)
+    print(f"board written to {index}")
+    return 0
+
+
+def run_tune(args) -> int:
+    from .. import models
+    from . import tune
+    path = models.find(args.model)
+    threads = args.threads or _default_threads()
+    candidates = [int(x) for x in args.candidates.split(",")]
+    show = Progress(args.quiet)
+
+    def on_event(kind, **f):
+        if kind == "run":
+            show.say(f"{f['knob']} = {f['value']:<5} rep {f['rep'] + 1}: {f['rate']:8.1f} t/s")
+
+    res = tune.run_tune(path, threads=threads, n_prompt=args.n_prompt, reps=args.reps,
+                        candidates=candidates, out=args.out, seed=args.seed, on_event=on_event)
+    from .stats import summarize
+    for value, rates in res["rates"].items():
+        s = summarize(rates)
+        mark = "  <- chosen" if value == res["chosen"] else ""
+        mark += "  (default)" if value == res["default"] else ""
+        print(f"{tune.TOKEN_TILE} = {value:<5} median {s.median:8.1f} t/s  cv "
+              f"{100 * s.cv:4.1f}%{mark}")
+    print(f"sidecar written to {res['path']}" if res["path"] else
+          f"sidecar not written (${tuning.ENV} is off)")
+    return 0
+
+
+def run_tuning_show(args) -> int:
+    path = Path(args.file) if args.file else tuning.sidecar_path()
+    if path is None:
+        print(f"${tuning.ENV} turns the tuning file off")
+        return 0
+    outcome = tuning.apply(path)
+    print(outcome.message)
+    for name, k in tuning.knobs().items():
+        print(f"  {name} = {k['value']} (default {k['default']}, range [{k['min']}, "
+              f"{k['max']}]): {k['description']}")
+    return 1 if outcome.status == "refused" else 0
+
+
+def _run_bench(args) -> int:
+    """``dasllama bench --check RECORD`` (the same as ``dasllama bench check RECORD``)."""
+    if args.check_record:
+        return _check(record.load(args.check_record), args.records)
+    args.bench_parser.print_help(sys.stderr)
+    return 2
+
+
 def _add_bench_parser(sub) -> None:
-    """Add ``bench`` (with its ``llm`` command) to dasllama's subcommands."""
-    p = sub.add_parser("bench", help="measure dasllama against llama.cpp")
-    bsub = p.add_subparsers(dest="bench_command", required=True)
+    """Add ``bench`` and its commands (llm, check, tune, tuning, board) to dasllama's."""
+    p = sub.add_parser("bench", help="measure dasllama against reference engines")
+    p.add_argument("--check", dest="check_record", metavar="RECORD",
+                   help="the same as `dasllama bench check RECORD`")
+    p.add_argument("--records", metavar="DIR", help="stored records (default bench/records)")
+    p.set_defaults(run=_run_bench, bench_parser=p)
+    bsub = p.add_subparsers(dest="bench_command")
     q = bsub.add_parser("llm", help="LLM prompt (ppN) and generation (tgN) throughput",
                         description=llm.__doc__,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_llm_arguments(q)
     q.set_defaults(run=run_llm)
+    q = bsub.add_parser("check", help="compare a fresh record with the stored one of its box",
+                        description=check.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("record", help="the fresh run's record (JSON)")
+    q.add_argument("--records", metavar="DIR", help="stored records (default bench/records)")
+    q.set_defaults(run=run_check)
+    q = bsub.add_parser("board", help="render the records as HTML and PNG charts",
+                        description=_board_doc(),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("--records", metavar="DIR", help="records to show (default bench/records)")
+    q.add_argument("--out", metavar="DIR", help="where to write (default bench/board)")
+    q.set_defaults(run=run_board)
+    from . import tune
+    q = bsub.add_parser("tune", help="race kernel choices on a model; write the tuning file",
+                        description=tune.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("--model", "-m", default="smollm2", metavar="NAME|PATH",
+                   help="the model to race on (default smollm2)")
+    q.add_argument("--threads", "-t", type=int, default=None,
+                   help="threads (default: physical cores)")
+    q.add_argument("--reps", "-r", type=int, default=3, help="repetitions a candidate (3)")
+    q.add_argument("--n-prompt", "-p", type=int, default=512, help="prompt length (512)")
+    q.add_argument("--candidates", default=",".join(map(str, tune.TOKEN_TILE_CANDIDATES)),
+                   help="token tile widths to race (default %(default)s)")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--out", "-o", metavar="FILE",
+                   help=f"the tuning file (default ${tuning.ENV}, else the per-user file)")
+    q.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    q.set_defaults(run=run_tune)
+    q = bsub.add_parser("tuning", help="show the tuning file and the knobs in effect",
+                        description=tuning.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("file", nargs="?", help="a tuning file (default: this box's)")
+    q.set_defaults(run=run_tuning_show)
+
+
+def _board_doc() -> str:
+    from . import board
+    return board.__doc__
 
 
 def llm_main(argv=None, default_out: Optional[str] = None) -> int:

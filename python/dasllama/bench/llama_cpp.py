@@ -69,8 +69,11 @@ class LlamaCppRunner:
         if verbose:
             cmd.append("--verbose")
         try:
+            # A session of its own: a Ctrl-C at the terminal stops the harness, which then
+            # closes the runner itself, instead of killing it in the middle of a reply.
             self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=self._stderr, text=True, bufsize=1)
+                                          stderr=self._stderr, text=True, bufsize=1,
+                                          start_new_session=True)
         except OSError as e:
             raise PeerError(f"cannot start the llama.cpp runner with {python!r}: {e}") from e
         ready = self._read()
@@ -201,7 +204,8 @@ class LlamaBenchBinary:
         cmd = [self.binary, "-m", self.model_path, "-p", str(n_prompt), "-n", str(n_gen),
                "-r", "1", "-t", str(self.threads), "-o", "json"]
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout,
+                               start_new_session=True)
         except (OSError, subprocess.SubprocessError) as e:
             raise PeerError(f"cannot run {self.binary}: {e}") from e
         if r.returncode != 0:

@@ -12,7 +12,9 @@ compare with what llama.cpp users quote:
   (llama-bench warms generation with one token). The cache is cleared before every run, and
   the clearing is not timed.
 * Statistics over the per-repetition rates (mean, sd, median, min, max, cv); the ratio of
-  engines is the ratio of medians.
+  engines is the ratio of medians (derived when printing, never stored).
+* A cell (one test of one engine) whose cv exceeds 3% is run once more; if the second
+  attempt's cv is still above 3%, its row is marked ``noisy``.
 
 Unlike llama-bench, both engines live in one run on one machine, and their repetitions
 alternate (dasllama 1, llama.cpp 1, dasllama 2, ...) so that drift in clock speed or in other
@@ -32,6 +34,7 @@ from typing import Callable, Optional, Sequence
 
 from ..errors import DasllamaError
 from . import probe
+from .record import NOISE_CV
 from .stats import summarize
 
 __all__ = ["BenchError", "TestSpec", "DasllamaEngine", "make_tokens", "schedule", "model_info",
@@ -175,12 +178,38 @@ def _validate(engines, tokens, k: int = 5) -> dict:
             "top1_agree": len({t[0] for t in known}) == 1 if len(known) > 1 else None}
 
 
+def _cv(test: TestSpec, ns: Sequence[int]) -> float:
+    return summarize([test.n_tokens * 1e9 / x for x in ns]).cv
+
+
+def _timed_reps(names, by_name, test, reps, rng, n_vocab, bos, add_bos, pause, samples,
+                on_event, attempt=0):
+    """``reps`` alternating repetitions of ``test`` on the engines ``names`` (each repetition's
+    ids drawn once and given to every engine); appends ns to samples[name][test.name]."""
+    rep_tokens: dict = {}
+    for rep, name in schedule(names, reps):
+        if rep not in rep_tokens:
+            rep_tokens = {rep: make_tokens(test.n_tokens, n_vocab, bos, add_bos, rng)}
+        if pause > 0:
+            time.sleep(pause)   # let the other engine's spinning threads go idle
+        ns = by_name[name].run(test.kind, rep_tokens[rep])
+        samples[name].setdefault(test.name, []).append(ns)
+        on_event("run", engine=name, test=test.name, rep=rep, ns=ns, attempt=attempt)
+
+
 def measure(path, engines: Sequence, tests: Sequence[TestSpec], *, reps: int, seed: int = 0,
-            pause: float = 0.0, on_event: Callable = lambda *a, **k: None) -> dict:
+            pause: float = 0.0, noise_cv: Optional[float] = NOISE_CV,
+            on_event: Callable = lambda *a, **k: None,
+            on_test: Callable = lambda *a, **k: None) -> dict:
     """Time every test on every engine for one model file, repetitions alternating.
 
-    ``engines`` are open engines; ``on_event(kind, **fields)`` hears each warm-up and run.
-    Returns {"samples": {engine: {test: [ns, ...]}}, "validation": {...}, "vocab": (...)}.
+    A cell (one test of one engine) whose cv of rates exceeds ``noise_cv`` is run once more
+    (its noisy engines alternating again, fresh ids), and the second attempt replaces the
+    first; ``reruns`` keeps the first attempt's cv and samples. ``noise_cv=None`` never re-runs.
+    ``engines`` are open engines; ``on_event(kind, **fields)`` hears each warm-up and run;
+    ``on_test(test, samples, reruns)`` hears each finished test (every engine's cell).
+    Returns {"samples": {engine: {test: [ns, ...]}}, "reruns": {engine: {test: {...}}},
+    "validation": {...}, "vocab": (...)}.
     """
     vocabs = {e.name: e.vocab() for e in engines}
     known = {n: v for n, v in vocabs.items() if v is not None}
@@ -196,6 +225,7 @@ def measure(path, engines: Sequence, tests: Sequence[TestSpec], *, reps: int, se
     names = [e.name for e in engines]
     by_name = {e.name: e for e in engines}
     samples = {n: {} for n in names}
+    reruns: dict = {n: {} for n in names}
     for test in tests:
         rng = random.Random(f"{seed}-{test.name}")
         warm = make_tokens(test.n_tokens if test.kind == "pp" else 1, n_vocab, bos, add_bos, rng)
@@ -203,32 +233,46 @@ def measure(path, engines: Sequence, tests: Sequence[TestSpec], *, reps: int, se
             if not getattr(e, "warms_up_itself", False):
                 e.run(test.kind, warm)
                 on_event("warmup", engine=e.name, test=test.name)
-        rep_tokens: dict = {}
-        for rep, name in schedule(names, reps):
-            if rep not in rep_tokens:
-                rep_tokens = {rep: make_tokens(test.n_tokens, n_vocab, bos, add_bos, rng)}
-            if pause > 0:
-                time.sleep(pause)   # let the other engine's spinning threads go idle
-            ns = by_name[name].run(test.kind, rep_tokens[rep])
-            samples[name].setdefault(test.name, []).append(ns)
-            on_event("run", engine=name, test=test.name, rep=rep, ns=ns)
-    return {"samples": samples, "validation": validation, "vocab": [n_vocab, bos, add_bos]}
+        _timed_reps(names, by_name, test, reps, rng, n_vocab, bos, add_bos, pause, samples,
+                    on_event)
+        first = {n: _cv(test, samples[n][test.name]) for n in names}
+        noisy = [n for n in names if noise_cv is not None and reps > 1 and first[n] > noise_cv]
+        if noisy:
+            on_event("rerun", test=test.name, engines=noisy, cv={n: first[n] for n in noisy})
+            kept = {n: samples[n].pop(test.name) for n in noisy}
+            _timed_reps(noisy, by_name, test, reps, rng, n_vocab, bos, add_bos, pause, samples,
+                        on_event, attempt=1)
+            for n in noisy:
+                reruns[n][test.name] = {"first_cv": first[n], "first_samples_ns": kept[n]}
+        on_test(test, {n: samples[n][test.name] for n in names},
+                {n: reruns[n].get(test.name) for n in names})
+    return {"samples": samples, "reruns": reruns, "validation": validation,
+            "vocab": [n_vocab, bos, add_bos]}
 
 
-def rows_for(engine, model: dict, samples: dict, tests: Sequence[TestSpec]) -> list:
-    """One record row per test: the engine, the model, and the statistics of its rates."""
+def rows_for(engine, model: dict, samples: dict, tests: Sequence[TestSpec],
+             reruns: Optional[dict] = None, noise_cv: float = NOISE_CV) -> list:
+    """One record row per test: the engine, the model, the statistics of its rates, and
+    whether the cell stayed noisy (cv above ``noise_cv``) after its re-run."""
     rows = []
     for test in tests:
         ns = samples[test.name]
         rates = [test.n_tokens * 1e9 / x for x in ns]
         s = summarize(rates)
+        rerun = (reruns or {}).get(test.name)
         row = {
-            "engine": engine.name, "version": engine.version, "threads": engine.threads,
+            "kind": "llm", "engine": engine.name,
+            "backend": getattr(engine, "backend", "cpu"),
+            "version": engine.version, "threads": engine.threads,
             "model": model["file"], "model_sha256": model["sha256"], "arch": model["arch"],
             "quant": model["quant"], "params": model["params"],
             "test": test.name, "unit": "t/s", **s.as_dict(),
+            "noisy": bool(s.cv > noise_cv), "reruns": 1 if rerun else 0,
             "samples_ts": rates, "samples_ns": list(ns),
         }
+        if rerun:
+            row["first_cv"] = rerun["first_cv"]
+            row["first_samples_ns"] = list(rerun["first_samples_ns"])
         # What the median rate achieves: weight bytes streamed per decoded token, matmul
         # FLOPs per prompt token (attention left out; both are lower bounds).
         if test.kind == "tg":
@@ -241,10 +285,17 @@ def rows_for(engine, model: dict, samples: dict, tests: Sequence[TestSpec]) -> l
 
 def benchmark(models: Sequence, openers: dict, *, threads: int, reps: int, n_prompt: int,
               n_gen: int, seed: int = 0, pause: float = 0.1, kv_type: str = "f16",
-              on_event: Callable = lambda *a, **k: None) -> dict:
+              noise_cv: Optional[float] = NOISE_CV,
+              on_event: Callable = lambda *a, **k: None,
+              on_rows: Callable = lambda result: None) -> dict:
     """The whole LLM benchmark: for each model file, open the engines (``openers`` maps an
     engine name to ``open(path, threads=, n_ctx=)``), validate, time, and measure memory.
-    Returns the record (see bench/README.md for its schema) without the machine probe."""
+
+    Rows are added a test at a time (every engine's row of that test together, so a dasllama
+    row never goes without its reference row), and ``on_rows(result)`` hears each addition
+    (the command line writes the record there). A KeyboardInterrupt (Ctrl-C, or SIGTERM as
+    the command line maps it) stops the run: the rows finished so far are kept and the result
+    says ``stopped``. Returns the record (see bench/README.md) without the machine probe."""
     tests = [TestSpec("pp", n_prompt)] if n_prompt > 0 else []
     tests += [TestSpec("tg", n_gen)] if n_gen > 0 else []
     if not tests:
@@ -252,32 +303,58 @@ def benchmark(models: Sequence, openers: dict, *, threads: int, reps: int, n_pro
     if reps < 1:
         raise BenchError(f"reps must be at least 1, got {reps}")
     n_ctx = n_prompt + n_gen
-    rows, memory, validation, engines_info = [], [], [], {}
-    for path in models:
-        model = model_info(path, n_ctx, kv_type)
-        on_event("model", **model)
-        engines = []
-        try:
-            baseline = probe.rss_bytes()
-            scoped = probe.reset_peak_rss()
-            for name, open_engine in openers.items():
-                engines.append(open_engine(path, threads=threads, n_ctx=n_ctx))
-            result = measure(path, engines, tests, reps=reps, seed=seed, pause=pause,
-                             on_event=on_event)
-            validation.append({"model": model["file"], **result["validation"]})
-            for e in engines:
-                rows += rows_for(e, model, result["samples"][e.name], tests)
-                engines_info[e.name] = {"version": e.version, **e.details}
-                mem = e.memory() if e.name != "dasllama" else {
-                    "peak_rss": probe.peak_rss_bytes(), "baseline_rss": baseline,
-                    "peak_scope": "since model load" if scoped else "whole process"}
-                memory.append({"engine": e.name, "model": model["file"],
-                               "model_file_size": model["file_size"],
-                               "kv_cache_bytes": model["kv_cache_bytes"], **mem})
-        finally:
-            for e in engines:
-                e.close()
-    return {"config": {"n_prompt": n_prompt, "n_gen": n_gen, "reps": reps, "threads": threads,
-                       "warmup": 1, "alternate": True, "seed": seed, "pause_s": pause,
-                       "kv_type": kv_type, "n_ctx": n_ctx},
-            "engines": engines_info, "rows": rows, "memory": memory, "validation": validation}
+    result = {"config": {"n_prompt": n_prompt, "n_gen": n_gen, "reps": reps, "threads": threads,
+                         "warmup": 1, "alternate": True, "seed": seed, "pause_s": pause,
+                         "kv_type": kv_type, "n_ctx": n_ctx, "noise_cv": noise_cv,
+                         "noise_reruns": 1},
+              "engines": {}, "rows": [], "memory": [], "validation": []}
+    total = len(models) * len(tests) * len(openers)
+    on_event("start", total_rows=total)
+    current: dict = {}
+
+    def heard(kind, **f):
+        if kind in ("run", "warmup"):
+            current.update(engine=f["engine"], test=f["test"])
+        on_event(kind, **f)
+
+    try:
+        for path in models:
+            model = model_info(path, n_ctx, kv_type)
+            current.clear()
+            current["model"] = model["file"]
+            heard("model", **model)
+            engines = []
+
+            def test_done(test, samples, reruns):
+                for e in engines:
+                    result["rows"] += rows_for(e, model, {test.name: samples[e.name]}, [test],
+                                               {test.name: reruns[e.name]} if reruns[e.name]
+                                               else None, noise_cv or NOISE_CV)
+                    result["engines"][e.name] = {"version": e.version, **e.details}
+                on_event("rows", done=len(result["rows"]), total=total)
+                on_rows(result)
+
+            try:
+                baseline = probe.rss_bytes()
+                scoped = probe.reset_peak_rss()
+                for name, open_engine in openers.items():
+                    engines.append(open_engine(path, threads=threads, n_ctx=n_ctx))
+                measured = measure(path, engines, tests, reps=reps, seed=seed, pause=pause,
+                                   noise_cv=noise_cv, on_event=heard, on_test=test_done)
+                result["validation"].append({"model": model["file"], **measured["validation"]})
+                for e in engines:
+                    mem = e.memory() if e.name != "dasllama" else {
+                        "peak_rss": probe.peak_rss_bytes(), "baseline_rss": baseline,
+                        "peak_scope": "since model load" if scoped else "whole process"}
+                    result["memory"].append({"engine": e.name, "model": model["file"],
+                                             "model_file_size": model["file_size"],
+                                             "kv_cache_bytes": model["kv_cache_bytes"], **mem})
+                on_rows(result)
+            finally:
+                for e in engines:
+                    e.close()
+    except KeyboardInterrupt as stop:
+        result["stopped"] = {"signal": getattr(stop, "signal_name", "SIGINT"),
+                             "rows_done": len(result["rows"]), "rows_planned": total,
+                             "during": dict(current)}
+    return result

@@ -2,8 +2,8 @@
 
 ``machine()`` gathers the CPU model, the instruction-set flags that matter to the kernels, core
 and memory counts, the load average (others working on the box show up there), the OS and
-Python; ``build()`` gives dasllama's version and, in a git checkout, the commit and whether the
-tree had local changes. The RSS helpers read the kernel's own counters: the peak can be reset
+Python, and the GPUs when there are any (name, driver, Vulkan API version); ``build()`` gives
+dasllama's version and, in a git checkout, the commit and whether the tree had local changes. The RSS helpers read the kernel's own counters: the peak can be reset
 on Linux (``/proc/self/clear_refs``), so each model gets its own peak.
 """
 
@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["machine", "build", "box_name", "rss_bytes", "peak_rss_bytes", "reset_peak_rss",
-           "process_peak_rss_bytes"]
+__all__ = ["machine", "gpus", "parse_vulkaninfo_summary", "build", "box_name", "this_box",
+           "rss_bytes", "peak_rss_bytes", "reset_peak_rss", "process_peak_rss_bytes"]
 
 # Flags named as Linux spells them in /proc/cpuinfo; the ones the kernels choose between.
 _X86_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw",
@@ -99,7 +100,54 @@ def machine() -> dict:
         info["dasllama_isa"] = cpu_features().get("isa")
     except ImportError:
         info["dasllama_isa"] = None
+    found = gpus()
+    if found:
+        info["gpus"] = found
     return info
+
+
+def _run(cmd) -> str:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return r.stdout if r.returncode == 0 else ""
+
+
+def parse_vulkaninfo_summary(text: str) -> list:
+    """GPUs from ``vulkaninfo --summary``: name, driver and Vulkan API version per device."""
+    out = []
+    for block in re.split(r"\n(?=GPU\d+:)", text)[1:]:
+        field = dict(re.findall(r"^\s*(\w+)\s*=\s*(.+?)\s*$", block, re.MULTILINE))
+        if "deviceName" not in field:
+            continue
+        gpu = {"name": field["deviceName"], "source": "vulkaninfo"}
+        api = re.match(r"[0-9]+\.[0-9]+(\.[0-9]+)?", field.get("apiVersion", ""))
+        if api:
+            gpu["vulkan_api"] = api.group(0)
+        driver = field.get("driverInfo") or field.get("driverName")
+        if driver:
+            gpu["driver"] = driver
+        out.append(gpu)
+    return out
+
+
+def gpus() -> list:
+    """The GPUs the machine shows (Vulkan devices through vulkaninfo, else NVIDIA's through
+    nvidia-smi); empty when neither tool is there. A record carries them when present."""
+    found = parse_vulkaninfo_summary(_run(["vulkaninfo", "--summary"])) \
+        if shutil.which("vulkaninfo") else []
+    if not found and shutil.which("nvidia-smi"):
+        text = _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                     "--format=csv,noheader,nounits"])
+        for line in text.strip().splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) >= 2 and parts[0]:
+                gpu = {"name": parts[0], "driver": parts[1], "source": "nvidia-smi"}
+                if len(parts) > 2 and parts[2].isdigit():
+                    gpu["memory_bytes"] = int(parts[2]) * 2**20
+                found.append(gpu)
+    return found
 
 
 def _git(args, cwd: Path) -> Optional[str]:
@@ -131,6 +179,13 @@ def box_name(probe: dict) -> str:
     words = re.sub(r"\((r|tm)\)|cpu|processor|@.*$|\d+-core", " ", probe["cpu"].lower())
     slug = "-".join(re.findall(r"[a-z0-9]+", words)[:3]) or probe["arch"].lower()
     return f"{slug}-{probe['logical_cores']}c"
+
+
+def this_box() -> str:
+    """box_name() of this machine from the CPU model and core count alone (no GPU probe, no
+    subprocess: cheap enough for the engine's start)."""
+    return box_name({"cpu": _cpu_model(_read("/proc/cpuinfo")), "arch": platform.machine(),
+                     "logical_cores": os.cpu_count()})
 
 
 def rss_bytes() -> Optional[int]:

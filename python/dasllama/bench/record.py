@@ -1,8 +1,12 @@
-"""Benchmark records: ratios between engines, the printed table, and the JSON file.
+"""Benchmark records: the JSON file, the printed table, and the ratios derived from it.
 
-A record is one JSON object: ``schema``, ``created``, ``machine`` (the probe), ``build``
-(dasllama's version and commit), ``config``, ``engines``, ``rows`` (one per engine, model and
-test), ``ratios``, ``memory`` and ``validation``. bench/README.md describes every field.
+A record is one JSON object: ``schema``, ``created``, ``complete``, ``box``, ``command``,
+``env``, ``machine`` (the probe), ``build`` (dasllama's version and commit), ``config``,
+``engines``, ``rows`` (one per engine, model and test), ``memory`` and ``validation``.
+bench/README.md describes every field and bench/schema.json checks them.
+
+Ratios are never stored: ``pairs()`` derives dasllama / reference from medians whenever a
+table or the board needs them, so a record cannot disagree with its own ratios.
 """
 
 from __future__ import annotations
@@ -11,60 +15,114 @@ import datetime as _dt
 import json
 import math
 import os
+import shlex
+import sys
 from pathlib import Path
+from typing import Iterator, Optional
 
 from .stats import Summary
 
-__all__ = ["SCHEMA", "ratios", "finish", "format_table", "format_memory", "write"]
+__all__ = ["SCHEMA", "OURS", "NOISE_CV", "ENV_KNOBS", "pair_key", "pairs", "ratio", "finish",
+           "format_table", "format_memory", "write", "load"]
 
-SCHEMA = "dasllama.bench.llm/1"
-OURS, PEER = "dasllama", "llama.cpp"
+SCHEMA = "dasllama.bench/2"
+OURS = "dasllama"
+NOISE_CV = 0.03          # a cell above this cv is run once more, then marked noisy
+# Environment variables that change what dasllama or its peer does; a record keeps those set.
+ENV_KNOBS = ("DASLLAMA_CPU_ISA", "DASLLAMA_TUNING", "DASLLAMA_LOG", "DASLLAMA_LLAMA_CPP_PYTHON",
+             "OMP_NUM_THREADS", "GGML_NTHREADS", "VK_ICD_FILENAMES", "MESA_VK_DEVICE_SELECT")
+# Which way is better, by unit: throughputs and real-time multiples up, latencies down.
+_HIGHER_IS_BETTER = {"t/s": True, "x": True, "ms": False, "s": False}
+
+
+def higher_is_better(row: dict) -> bool:
+    return _HIGHER_IS_BETTER.get(row.get("unit"), True)
+
+
+def pair_key(row: dict) -> tuple:
+    """What a dasllama row and its reference row share: kind, backend, model file and test."""
+    return (row.get("kind", "llm"), row.get("backend", "cpu"), row["model"], row["test"])
 
 
 def _summary(row: dict) -> Summary:
     return Summary(**{k: row[k] for k in ("n", "mean", "sd", "median", "min", "max", "cv")})
 
 
-def ratios(rows: list) -> list:
-    """dasllama / llama.cpp per (model, test), from medians of t/s: above 1, dasllama is faster."""
-    index = {(r["engine"], r["model"], r["test"]): r for r in rows}
-    out = []
-    for (engine, model, test), ours in index.items():
-        theirs = index.get((PEER, model, test))
-        if engine != OURS or theirs is None:
-            continue
-        o, t = _summary(ours), _summary(theirs)
-        out.append({"model": model, "test": test, "dasllama_median": o.median,
-                    "llama_cpp_median": t.median,
-                    "ratio": o.median / t.median if t.median else math.nan})
-    return out
+def ratio(ours: dict, reference: dict) -> float:
+    """dasllama / reference from the rows' medians (nan when the reference median is 0)."""
+    return ours["median"] / reference["median"] if reference["median"] else math.nan
 
 
-def finish(result: dict, machine: dict, build: dict, process_peak_rss: int) -> dict:
-    """The complete record from ``llm.benchmark``'s result and the probes."""
-    return {"schema": SCHEMA,
-            "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "machine": machine, "build": build, **result,
-            "ratios": ratios(result["rows"]), "process_peak_rss": process_peak_rss}
+def pairs(rows: list) -> Iterator[tuple]:
+    """(dasllama row, reference row, ratio) for every dasllama row that has a reference row
+    from the same run (same kind, backend, model and test), in the rows' order."""
+    refs = {}
+    for r in rows:
+        if r["engine"] != OURS:
+            refs.setdefault(pair_key(r), r)
+    for r in rows:
+        if r["engine"] == OURS and pair_key(r) in refs:
+            ref = refs[pair_key(r)]
+            yield r, ref, ratio(r, ref)
+
+
+def command_line() -> str:
+    """This process's command line, as a shell would take it back."""
+    argv = list(sys.argv)
+    if argv and argv[0].endswith(("/dasllama", "dasllama")):
+        argv[0] = "dasllama"
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def env_knobs() -> dict:
+    return {k: os.environ[k] for k in ENV_KNOBS if k in os.environ}
+
+
+def finish(result: dict, machine: dict, build: dict, process_peak_rss: Optional[int], *,
+           box: str, command: Optional[str] = None, env: Optional[dict] = None) -> dict:
+    """The complete record from ``llm.benchmark``'s result and the probes. A result that a
+    signal stopped (``result["stopped"]``) gives a record with ``complete: false``."""
+    rec = {"schema": SCHEMA,
+           "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "complete": not result.get("stopped"),
+           "box": box,
+           "command": command if command is not None else command_line(),
+           "env": env if env is not None else env_knobs(),
+           "machine": machine, "build": build,
+           **{k: v for k, v in result.items() if k != "stopped"}}
+    if result.get("stopped"):
+        rec["stopped"] = result["stopped"]
+    if process_peak_rss is not None:
+        rec["process_peak_rss"] = process_peak_rss
+    return rec
 
 
 def format_table(record: dict) -> str:
-    """The rows as an aligned table, then the ratios."""
+    """The rows as an aligned table, then the ratios (derived here, from medians)."""
     head = f"{'model':<34} {'test':<6} {'engine':<9} {'median':>9} {'mean':>9} {'sd':>7} " \
            f"{'cv':>6} {'min':>9} {'max':>9}  achieved"
     lines = [head, "-" * len(head)]
     for r in record["rows"]:
         achieved = (f"~{r['approx_GBps']:.1f} GB/s" if "approx_GBps" in r
-                    else f"~{r['approx_GFLOPs']:.0f} GFLOP/s")
+                    else f"~{r['approx_GFLOPs']:.0f} GFLOP/s" if "approx_GFLOPs" in r else "")
+        noisy = "  noisy" if r.get("noisy") else ""
         lines.append(f"{r['model'][:34]:<34} {r['test']:<6} {r['engine']:<9} {r['median']:>9.2f} "
                      f"{r['mean']:>9.2f} {r['sd']:>7.2f} {100 * r['cv']:>5.1f}% {r['min']:>9.2f} "
-                     f"{r['max']:>9.2f}  {achieved}")
-    lines.append("(t/s; cv = sd/mean; achieved = median rate x weight bytes read per token (tg) "
-                 "or matmul FLOPs per token (pp))")
-    if record.get("ratios"):
-        lines += ["", f"{'model':<34} {'test':<6} {'dasllama/llama.cpp (medians)':>30}"]
-        for q in record["ratios"]:
-            lines.append(f"{q['model'][:34]:<34} {q['test']:<6} {q['ratio']:>30.3f}")
+                     f"{r['max']:>9.2f}  {achieved}{noisy}")
+    units = sorted({r.get("unit", "t/s") for r in record["rows"]})
+    lines.append(f"({'/'.join(units)}; cv = sd/mean; achieved = median rate x weight bytes read "
+                 f"per token (tg) or matmul FLOPs per token (pp); noisy: cv above "
+                 f"{100 * NOISE_CV:.0f}% after a re-run)")
+    found = list(pairs(record["rows"]))
+    if found:
+        title = f"dasllama/{found[0][1]['engine']} (medians)"
+        lines += ["", f"{'model':<34} {'test':<6} {title:>30}"]
+        for ours, ref, q in found:
+            mark = "  noisy" if ours.get("noisy") or ref.get("noisy") else ""
+            lines.append(f"{ours['model'][:34]:<34} {ours['test']:<6} {q:>30.3f}{mark}")
+    if record.get("stopped"):
+        lines.append(f"\n(stopped by {record['stopped']['signal']}: {len(record['rows'])} rows "
+                     f"finished)")
     return "\n".join(lines)
 
 
@@ -76,7 +134,7 @@ def format_memory(record: dict) -> str:
     """Peak RSS against what the model needs at least: the file (mapped) plus the KV cache."""
     lines = [f"{'model':<34} {'engine':<9} {'peak MiB':>9} {'before MiB':>10} {'file MiB':>9} "
              f"{'KV MiB':>7} {'peak-before-file-KV':>20}"]
-    for m in record["memory"]:
+    for m in record.get("memory", []):
         extra = None
         if m.get("peak_rss") is not None and m.get("baseline_rss") is not None:
             extra = m["peak_rss"] - m["baseline_rss"] - m["model_file_size"] - m["kv_cache_bytes"]
@@ -101,10 +159,16 @@ def _json_safe(x):
 
 
 def write(record: dict, path) -> Path:
-    """Write the record as indented JSON (atomically: a reader never sees half a file)."""
+    """Write the record as indented JSON, atomically (a temporary file renamed over the old
+    one): a reader, or a run stopped at any moment, never leaves half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(_json_safe(record), indent=1, allow_nan=False) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def load(path) -> dict:
+    """A record from its JSON file (not validated: tests/test_bench_schema.py does that)."""
+    return json.loads(Path(path).read_text())
