@@ -347,9 +347,14 @@ def test_llama_bench_binary_one_invocation_per_repetition(tmp_path):
     peer = LlamaBenchBinary(fake, "model.gguf", threads=2)
     assert peer.run("pp", [0] * 8) == 8000 and peer.run("tg", [0] * 3) == 3000
     assert peer.version == "b42 (abc)" and peer.warms_up_itself and peer.vocab() is None
+    assert peer.backend == "cpu"
+    # llama-bench offloads every layer unless told: -ngl is always given
+    gpu = LlamaBenchBinary(fake, "model.gguf", threads=2, n_gpu_layers=99, flash_attn="off")
+    assert gpu.run("pp", [0] * 4) == 4000 and gpu.backend == "vulkan"
     lines = calls.read_text().splitlines()
-    assert lines[0] == "-m model.gguf -p 8 -n 0 -r 1 -t 2 -o json"
-    assert lines[1] == "-m model.gguf -p 0 -n 3 -r 1 -t 2 -o json"
+    assert lines[0] == "-m model.gguf -p 8 -n 0 -r 1 -t 2 -ngl 0 -o json"
+    assert lines[1] == "-m model.gguf -p 0 -n 3 -r 1 -t 2 -ngl 0 -o json"
+    assert lines[2] == "-m model.gguf -p 4 -n 0 -r 1 -t 2 -ngl 99 -fa 0 -o json"
 
 
 # --- the runner protocol ------------------------------------------------------------------
@@ -446,6 +451,8 @@ def test_real_llama_cpp_runner_answers(real_model):
                           python=os.environ["DASLLAMA_LLAMA_CPP_PYTHON"])
     try:
         assert peer.vocab() == (49152, 1, False)
+        assert peer.backend == "cpu" and peer.details["n_gpu_layers"] == 0
+        assert any(d["type"] == "CPU" for d in peer.details["devices"])   # what it saw
         assert peer.run("pp", [1, 2, 3, 4]) > 0 and peer.run("tg", [1, 2]) > 0
         assert len(peer.top([1, 2, 3], k=5)) == 5
     finally:

@@ -10,6 +10,7 @@ from collections import defaultdict
 from . import gguf, models
 from .errors import DasllamaError
 from .bench.cli import _add_bench_parser
+from .convert.cli import add_convert_parser
 from .llm import DEFAULT_MODEL, LLM
 
 _TOKENIZER_KINDS = {"gpt2": "byte-level BPE", "llama": "SentencePiece", "bert": "WordPiece",
@@ -204,6 +205,7 @@ def main(argv=None) -> int:
     p.add_argument("--stats", action="store_true", help="print throughput after each reply")
     p.set_defaults(run=_cmd_chat)
     _add_bench_parser(sub)
+    add_convert_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -5,7 +5,7 @@ so code that already catches ``ValueError`` keeps working.
 """
 
 __all__ = ["DasllamaError", "GGUFError", "FormatError", "ShapeError", "DeviceError",
-           "ModelNotFoundError"]
+           "ModelNotFoundError", "ConvertError"]
 
 
 class DasllamaError(Exception):
@@ -30,3 +30,8 @@ class DeviceError(DasllamaError, RuntimeError):
 
 class ModelNotFoundError(DasllamaError, FileNotFoundError):
     """A model name or path that dasllama cannot find; the message says how to get it."""
+
+
+class ConvertError(DasllamaError, ValueError):
+    """A checkpoint cannot be converted: a tensor is missing, misshapen or unexpected, a file is
+    malformed, or an option is out of range. The message names the tensor, file or option."""

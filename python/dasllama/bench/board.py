@@ -2,8 +2,8 @@
 
     dasllama bench board [--records bench/records] [--out bench/board]
 
-For every box (machine label) the page has a table: one line per (kind, backend, model, test,
-threads) with dasllama's median, the reference's median and the ratio dasllama / reference
+For every box (machine label) the page has a table: one line per (kind, backend and device,
+model, test, threads) with dasllama's median, the reference's median and the ratio dasllama / reference
 (from medians, derived here: records store no ratios), coloured by who is ahead (for times in
 ms lower is better, so a ratio below 1 is ahead). Hovering a figure shows mean, sd, n, cv,
 min and max; a cell whose row stayed noisy after its re-run is marked. Below the table, the
@@ -25,16 +25,18 @@ __all__ = ["collect", "render", "TEMPLATE"]
 
 def collect(records: list) -> dict:
     """box -> {"records": [...newest first], "cells": [cell, ...]}: for each (kind, backend,
-    model, test, threads) the newest record's pair."""
+    model, test, device, threads) the newest record's pair. A GPU row is a cell of its own,
+    apart from the CPU row of the same model and test, and one per GPU of a box."""
     boxes: dict = {}
     for rec in sorted(records, key=lambda r: r.get("created", "")):
         box = boxes.setdefault(box_of(rec), {"records": [], "cells": {}})
         box["records"].insert(0, rec)
         for ours, ref, q in record.pairs(rec["rows"]):
-            key = record.pair_key(ours) + (ours.get("threads"),)
+            key = record.pair_key(ours) + (ours.get("device"), ours.get("threads"))
             better_up = record.higher_is_better(ours)
             box["cells"][key] = {
                 "kind": ours.get("kind", "llm"), "backend": ours.get("backend", "cpu"),
+                "device": ours.get("device") or "",
                 "model": ours["model"], "test": ours["test"], "threads": ours.get("threads"),
                 "unit": ours.get("unit", "t/s"), "ours": ours, "ref": ref, "ratio": q,
                 "ahead": (q > 1) if better_up else (q < 1),
@@ -43,7 +45,7 @@ def collect(records: list) -> dict:
                 "ref_version": ref.get("version", "")}
     for box in boxes.values():
         box["cells"] = sorted(box["cells"].values(), key=lambda c: (
-            c["kind"], c["backend"], c["model"], c["test"][:2] != "pp", c["test"],
+            c["kind"], c["backend"], c["device"], c["model"], c["test"][:2] != "pp", c["test"],
             c["threads"] or 0))
     return boxes
 
@@ -78,7 +80,8 @@ def chart(box: str, cells: list, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     labels = [f"{c['model'].removesuffix('.gguf')}  {c['test']}" +
-              (f"  [{c['backend']}]" if c["backend"] != "cpu" else "") for c in cells]
+              (f"  [{c['backend']}{' ' + c['device'] if c['device'] else ''}]"
+               if c["backend"] != "cpu" else "") for c in cells]
     ratios = [c["ratio"] for c in cells]
     colours = ["#2e7d32" if c["ahead"] else "#c62828" for c in cells]
     fig, ax = plt.subplots(figsize=(8, 0.55 * len(cells) + 1.4), dpi=100)
@@ -143,9 +146,9 @@ mean, sd, n and cv. <span class="noisy">noisy</span> marks a row whose cv stayed
 <tbody>
 {% for c in box.cells %}
 <tr class="cell" data-model="{{ c.model }}" data-test="{{ c.test }}" data-backend="{{ c.backend }}"
-    data-threads="{{ c.threads }}" data-ratio="{{ '%.6f' % c.ratio }}"
+    data-device="{{ c.device }}" data-threads="{{ c.threads }}" data-ratio="{{ '%.6f' % c.ratio }}"
     data-ours-median="{{ c.ours.median }}" data-ref-median="{{ c.ref.median }}">
-<td>{{ c.model }}</td><td>{{ c.test }}</td><td>{{ c.backend }}</td><td>{{ c.threads }}</td>
+<td>{{ c.model }}</td><td>{{ c.test }}</td><td>{{ c.backend }}{% if c.device %} <span class="sd">{{ c.device }}</span>{% endif %}</td><td>{{ c.threads }}</td>
 <td class="num" title="{{ c.ours_hover }}">{{ c.ours_text }} <span class="sd">± {{ c.ours_sd }} {{ c.unit }}</span></td>
 <td class="num" title="{{ c.ref_hover }}">{{ c.ref_text }} <span class="sd">± {{ c.ref_sd }} {{ c.unit }}</span></td>
 <td class="num ratio {{ 'ahead' if c.ahead else 'behind' }}" title="{{ c.ratio_hover }}">{{ '%.2f' % c.ratio }}×</td>

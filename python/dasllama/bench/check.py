@@ -2,7 +2,8 @@
 
 ``dasllama bench check NEW.json`` (or ``dasllama bench llm --check``, which runs first) finds,
 for every dasllama row of the new record, the stored row of the same box, kind, backend,
-engine, model file (name and sha256), test and thread count, and compares the means:
+device (a GPU's name; none on the CPU), engine, model file (name and sha256), test and thread
+count, and compares the means:
 
 * more than 5% worse than the stored mean: FAIL (the command exits 1);
 * more than 3% worse: WARN;
@@ -29,8 +30,9 @@ _SLACK = 1e-9    # a drop of exactly 5% (or 3%) is on the good side of its edge
 
 
 def row_key(row: dict) -> tuple:
-    return (row.get("kind", "llm"), row.get("backend", "cpu"), row["engine"], row["model"],
-            row.get("model_sha256"), row["test"], row.get("threads"))
+    # The device too: two GPUs of one box (the box is named by its CPU) are different cells.
+    return (row.get("kind", "llm"), row.get("backend", "cpu"), row.get("device"), row["engine"],
+            row["model"], row.get("model_sha256"), row["test"], row.get("threads"))
 
 
 def drop(stored_mean: float, new_mean: float, higher_is_better: bool) -> float:
@@ -51,7 +53,8 @@ class Finding:
 
     def line(self) -> str:
         r = self.row
-        where = f"{r['model']} {r['test']} {r.get('backend', 'cpu')} {r['threads']}t"
+        backend = r.get("backend", "cpu") + (f" ({r['device']})" if r.get("device") else "")
+        where = f"{r['model']} {r['test']} {backend} {r['threads']}t"
         if self.stored is None:
             return f"{'NEW':<5} {where}: no stored row for this box, file and test"
         ref = ("" if self.reference_drop is None else

@@ -17,9 +17,10 @@ from pathlib import Path
 from ..errors import DasllamaError
 from . import check, llm, probe, record, tuning
 from .progress import Progress, stop_on_signals
-from .llama_cpp import PYTHON_ENV, LlamaBenchBinary, LlamaCppRunner, PeerError, find_peer_python
+from .llama_cpp import (FLASH_ATTN, PYTHON_ENV, LlamaBenchBinary, LlamaCppRunner, PeerError,
+                        find_peer_python)
 
-__all__ = ["add_llm_arguments", "run_and_record", "run_llm", "llm_main"]
+__all__ = ["add_llm_arguments", "default_ngl", "run_and_record", "run_llm", "llm_main"]
 
 ENGINES = {"both": ("dasllama", "llama.cpp"), "dasllama": ("dasllama",),
            "llama.cpp": ("llama.cpp",)}
@@ -28,6 +29,16 @@ ENGINES = {"both": ("dasllama", "llama.cpp"), "dasllama": ("dasllama",),
 def _default_threads() -> int:
     m = probe.machine()
     return m["physical_cores"] or m["logical_cores"] or 1
+
+
+def default_ngl(device: str, given: Optional[int] = None) -> int:
+    """llama.cpp's offloaded layers: the number given, else all (99) when dasllama runs on a
+    GPU and none (0) on the CPU, so the peer runs where dasllama does."""
+    if given is not None:
+        if given < 0:
+            raise llm.BenchError(f"--llama-cpp-ngl {given}: expected 0 or more layers")
+        return given
+    return 0 if llm.backend_of(device) == "cpu" else 99
 
 
 def add_llm_arguments(p: argparse.ArgumentParser, default_out: Optional[str] = None) -> None:
@@ -43,6 +54,14 @@ def add_llm_arguments(p: argparse.ArgumentParser, default_out: Optional[str] = N
     p.add_argument("--n-gen", "-n", type=int, default=128, help="tg test length (default 128)")
     p.add_argument("--kv-type", choices=("f16", "f32", "q8_0"), default="f16",
                    help="dasllama's KV cache type (llama.cpp keeps its f16 default)")
+    p.add_argument("--device", "-d", default="cpu", metavar="DEVICE",
+                   help="where dasllama runs: cpu (default), vulkan (the best GPU), vulkan:N "
+                        "or vulkan:NAME (a part of the device's name)")
+    p.add_argument("--llama-cpp-ngl", type=int, default=None, metavar="N",
+                   help="layers llama.cpp offloads to the GPU (default 99 when --device is a "
+                        "GPU, else 0); its rows are GPU rows when N > 0")
+    p.add_argument("--llama-cpp-flash-attn", choices=FLASH_ATTN, default="auto",
+                   help="llama.cpp's flash attention (default auto: llama.cpp decides)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
     p.add_argument("--pause", type=float, default=0.1,
                    help="seconds of rest before each timed run, so the other engine's "
@@ -68,13 +87,17 @@ def add_llm_arguments(p: argparse.ArgumentParser, default_out: Optional[str] = N
 
 def _openers(args, engines) -> dict:
     out = {}
+    device = getattr(args, "device", "cpu")
+    ngl = default_ngl(device, getattr(args, "llama_cpp_ngl", None))
+    flash_attn = getattr(args, "llama_cpp_flash_attn", "auto")
     if "dasllama" in engines:
         out["dasllama"] = lambda path, threads, n_ctx: llm.DasllamaEngine(
-            path, threads=threads, n_ctx=n_ctx, kv_type=args.kv_type)
+            path, threads=threads, n_ctx=n_ctx, kv_type=args.kv_type, device=device)
     if "llama.cpp" in engines:
         if args.llama_bench:
             out["llama.cpp"] = lambda path, threads, n_ctx: LlamaBenchBinary(
-                args.llama_bench, path, threads=threads)
+                args.llama_bench, path, threads=threads, n_gpu_layers=ngl,
+                flash_attn=flash_attn)
         else:
             python = find_peer_python(args.llama_cpp_python)
             if not python:
@@ -82,8 +105,21 @@ def _openers(args, engines) -> dict:
                                 f"3.12 with `pip install cyllama`), set ${PYTHON_ENV}, pass "
                                 f"--llama-bench PATH, or use --engine dasllama")
             out["llama.cpp"] = lambda path, threads, n_ctx: LlamaCppRunner(
-                path, threads=threads, n_ctx=n_ctx, python=python)
+                path, threads=threads, n_ctx=n_ctx, python=python, n_gpu_layers=ngl,
+                flash_attn=flash_attn)
     return out
+
+
+def _unpaired_note(device: str, ngl: int, engines) -> Optional[str]:
+    """A warning when dasllama and llama.cpp would run on different backends: their rows do
+    not pair (pairs share the backend), so no ratio, board cell or check comes of them."""
+    if "dasllama" not in engines or "llama.cpp" not in engines:
+        return None
+    ours_gpu, peer_gpu = llm.backend_of(device) != "cpu", ngl > 0
+    if ours_gpu == peer_gpu:
+        return None
+    return (f"dasllama runs on {device} but llama.cpp offloads {ngl} layers: the rows of "
+            f"different backends do not pair, so the run gives no ratio")
 
 
 def records_dir() -> Optional[Path]:
@@ -96,14 +132,15 @@ def records_dir() -> Optional[Path]:
 
 
 def run_and_record(paths, openers, *, threads: int, reps: int, n_prompt: int, n_gen: int,
-                   seed: int = 0, pause: float = 0.1, kv_type: str = "f16",
+                   seed: int = 0, pause: float = 0.1, kv_type: str = "f16", device: str = "cpu",
                    noise_cv: Optional[float] = record.NOISE_CV, out: Optional[str] = None,
                    quiet: bool = False, stream=None) -> tuple:
     """Run the benchmark with progress on stderr and the record written as rows finish (so a
     stop, even a hard one, leaves a valid file holding every finished row). SIGTERM and SIGHUP
-    stop it like Ctrl-C. Returns (record, path written or None)."""
+    stop it like Ctrl-C. On a GPU device the machine probe asks dasllama's runtime for the
+    GPUs. Returns (record, path written or None)."""
     show = Progress(quiet, stream)
-    machine = probe.machine()
+    machine = probe.machine(gpu=llm.backend_of(device) != "cpu")
     box = probe.box_name(machine)
     build = probe.build()
     path = Path(out.format(box=box)) if out else None
@@ -118,8 +155,9 @@ def run_and_record(paths, openers, *, threads: int, reps: int, n_prompt: int, n_
     with stop_on_signals():
         result = llm.benchmark(paths, openers, threads=threads, reps=reps, n_prompt=n_prompt,
                                n_gen=n_gen, seed=seed, pause=pause, kv_type=kv_type,
-                               noise_cv=noise_cv, on_event=show, on_rows=checkpoint)
-        machine["loadavg_1m_end"] = probe.machine()["loadavg_1m"]
+                               device=device, noise_cv=noise_cv, on_event=show,
+                               on_rows=checkpoint)
+        machine["loadavg_1m_end"] = probe.loadavg()
         rec = record.finish(result, machine, build, probe.process_peak_rss_bytes(), box=box)
         if path is not None and rec["rows"]:
             written[0] = record.write(rec, path)
@@ -139,9 +177,13 @@ def run_llm(args) -> int:
     paths = [models.find(n) for n in names]
     engines = ENGINES[args.engine]
     threads = args.threads or _default_threads()
-    rec, path = run_and_record(paths, _openers(args, engines), threads=threads, reps=args.reps,
+    openers = _openers(args, engines)
+    note = _unpaired_note(args.device, default_ngl(args.device, args.llama_cpp_ngl), engines)
+    if note and not args.quiet:
+        print(f"note: {note}", file=sys.stderr)
+    rec, path = run_and_record(paths, openers, threads=threads, reps=args.reps,
                                n_prompt=args.n_prompt, n_gen=args.n_gen, seed=args.seed,
-                               pause=args.pause, kv_type=args.kv_type,
+                               pause=args.pause, kv_type=args.kv_type, device=args.device,
                                noise_cv=None if args.no_rerun else record.NOISE_CV,
                                out=args.out, quiet=args.quiet)
     if rec["rows"]:

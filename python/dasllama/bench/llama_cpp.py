@@ -27,15 +27,40 @@ from typing import Optional, Sequence
 
 from .llm import BenchError
 
-__all__ = ["PeerError", "LlamaCppRunner", "LlamaBenchBinary", "RUNNER", "find_peer_python",
-           "parse_llama_bench_json"]
+__all__ = ["PeerError", "LlamaCppRunner", "LlamaBenchBinary", "RUNNER", "FLASH_ATTN",
+           "find_peer_python", "parse_llama_bench_json", "peer_backend"]
 
 RUNNER = Path(__file__).with_name("llama_cpp_runner.py")
 PYTHON_ENV = "DASLLAMA_LLAMA_CPP_PYTHON"
 
 
+FLASH_ATTN = ("auto", "on", "off")    # llama.cpp's flash attention choices
+_GPU_TYPES = ("GPU", "iGPU")            # ggml's device types that offloaded layers run on
+
+
 class PeerError(BenchError):
     """The peer engine failed to start, answered out of protocol, or reported an error."""
+
+
+def peer_backend(n_gpu_layers: int, devices: Optional[list]) -> tuple:
+    """(backend, device) of llama.cpp's rows: "cpu" without offloaded layers; with them the
+    backend of the GPU devices it saw (ggml names them Vulkan0, MTL0, ...) and their
+    descriptions. ``devices`` None: the runner did not say (taken as Vulkan, unnamed).
+    Layers offloaded with no GPU device seen (a CPU-only wheel) raise PeerError: llama.cpp
+    would quietly run on the CPU under a GPU label."""
+    if n_gpu_layers <= 0:
+        return "cpu", None
+    if devices is None:
+        return "vulkan", None
+    gpus = [d for d in devices if d.get("type") in _GPU_TYPES]
+    if not gpus:
+        seen = ", ".join(f"{d.get('name')} ({d.get('type')})" for d in devices) or "none"
+        raise PeerError(f"llama.cpp was asked to offload {n_gpu_layers} layers but sees no GPU "
+                        f"device (devices: {seen}); install the cyllama-vulkan wheel in the "
+                        f"peer's interpreter, or pass --llama-cpp-ngl 0 for a CPU peer")
+    names = [str(d.get("name", "")).lower() for d in gpus]
+    backend = "metal" if all(n.startswith(("mtl", "metal")) for n in names) else "vulkan"
+    return backend, ", ".join(d.get("description") or d.get("name") for d in gpus)
 
 
 def find_peer_python(given: Optional[str]) -> Optional[str]:
@@ -61,11 +86,14 @@ class LlamaCppRunner:
 
     def __init__(self, model_path, *, threads: int, n_ctx: int, python: str,
                  runner: Path = RUNNER, n_batch: int = 2048, n_ubatch: int = 512,
-                 verbose: bool = False):
+                 n_gpu_layers: int = 0, flash_attn: str = "auto", verbose: bool = False):
+        if flash_attn not in FLASH_ATTN:
+            raise PeerError(f"flash_attn {flash_attn!r}: expected one of {', '.join(FLASH_ATTN)}")
         self._stderr = tempfile.NamedTemporaryFile(prefix="dasllama-peer-", suffix=".log",
                                                    delete=False)
         cmd = [python, str(runner), str(model_path), "--threads", str(threads),
-               "--n-ctx", str(n_ctx), "--n-batch", str(n_batch), "--n-ubatch", str(n_ubatch)]
+               "--n-ctx", str(n_ctx), "--n-batch", str(n_batch), "--n-ubatch", str(n_ubatch),
+               "--n-gpu-layers", str(n_gpu_layers), "--flash-attn", flash_attn]
         if verbose:
             cmd.append("--verbose")
         try:
@@ -84,9 +112,16 @@ class LlamaCppRunner:
         self.info = ready
         self.version = ready.get("version", "unknown")
         self.details = {k: ready[k] for k in ("bindings", "ggml", "system_info", "n_ctx",
-                                              "n_batch", "n_ubatch", "flash_attn", "model_desc")
+                                              "n_batch", "n_ubatch", "flash_attn", "model_desc",
+                                              "n_gpu_layers", "gpu_offload", "devices")
                         if k in ready}
+        self.details.setdefault("n_gpu_layers", n_gpu_layers)
         self.threads = ready.get("threads", threads)
+        try:
+            self.backend, self.device = peer_backend(n_gpu_layers, ready.get("devices"))
+        except PeerError:
+            self.close()
+            raise
 
     def _stderr_note(self) -> str:
         tail = _tail(self._stderr.name)
@@ -193,16 +228,26 @@ class LlamaBenchBinary:
     name = "llama.cpp"
     warms_up_itself = True   # llama-bench warms up inside every invocation
 
-    def __init__(self, binary, model_path, *, threads: int, timeout: float = 600):
+    def __init__(self, binary, model_path, *, threads: int, n_gpu_layers: int = 0,
+                 flash_attn: str = "auto", timeout: float = 600):
+        if flash_attn not in FLASH_ATTN:
+            raise PeerError(f"flash_attn {flash_attn!r}: expected one of {', '.join(FLASH_ATTN)}")
         self.binary, self.model_path = str(binary), str(model_path)
         self.threads, self.timeout = threads, timeout
+        self.n_gpu_layers, self.flash_attn = n_gpu_layers, flash_attn
+        # llama-bench names no devices the way the bindings do: the backend follows -ngl.
+        self.backend, self.device = peer_backend(n_gpu_layers, None)
         self.version = "unknown"
-        self.details = {"runner": "llama-bench", "tokens": "its own random ids"}
+        self.details = {"runner": "llama-bench", "tokens": "its own random ids",
+                        "n_gpu_layers": n_gpu_layers, "flash_attn": flash_attn}
         self._peak = 0
 
     def _invoke(self, n_prompt: int, n_gen: int) -> dict:
+        # -ngl always: llama-bench's own default offloads every layer (99).
         cmd = [self.binary, "-m", self.model_path, "-p", str(n_prompt), "-n", str(n_gen),
-               "-r", "1", "-t", str(self.threads), "-o", "json"]
+               "-r", "1", "-t", str(self.threads), "-ngl", str(self.n_gpu_layers), "-o", "json"]
+        if self.flash_attn != "auto":
+            cmd[-2:-2] = ["-fa", "1" if self.flash_attn == "on" else "0"]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout,
                                start_new_session=True)
@@ -213,9 +258,11 @@ class LlamaBenchBinary:
         (rec,) = parse_llama_bench_json(r.stdout)
         self.version = f"b{rec.get('build_number', '?')} ({rec.get('build_commit', '?')})"
         for k in ("model_type", "n_batch", "n_ubatch", "flash_attn", "type_k", "type_v",
-                  "backends"):
+                  "backends", "gpu_info"):
             if k in rec:
                 self.details[k] = rec[k]
+        if self.backend != "cpu" and rec.get("gpu_info"):
+            self.device = str(rec["gpu_info"])
         return rec
 
     def vocab(self):

@@ -5,9 +5,12 @@ which needs CPython 3.12), not under dasllama's own, so it imports nothing from 
 only the standard library besides ``cyllama``.
 
     python llama_cpp_runner.py MODEL.gguf --threads T --n-ctx N [--n-batch 2048] [--n-ubatch 512]
+                               [--n-gpu-layers 0] [--flash-attn auto|on|off]
 
 Protocol: one JSON object a line. After loading, the runner writes
-``{"event": "ready", ...}`` (engine version, vocabulary, the context it made); then it answers
+``{"event": "ready", ...}`` (engine version, vocabulary, the context it made, the backend
+devices llama.cpp sees as ``devices``: name, description and type, e.g. ``{"name":
+"Vulkan0", "description": "NVIDIA H200", "type": "GPU"}``); then it answers
 each request line with one reply line:
 
     {"cmd": "run", "test": "pp", "tokens": [...]}   decode the tokens as one prompt
@@ -67,6 +70,20 @@ def _value(x):
     return x() if callable(x) else x
 
 
+# llama.h's llama_flash_attn_type: the values the context parameter takes.
+FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+
+
+def _devices(cy) -> list:
+    """The backend devices llama.cpp sees (after ggml_backend_load_all): name, description,
+    type ("CPU", "GPU", "iGPU", "ACCEL"); empty when the bindings cannot say."""
+    try:
+        found = cy.ggml_backend_dev_info()
+    except Exception:   # older bindings: the ready message then says nothing of devices
+        return []
+    return [{k: str(d.get(k, "")) for k in ("name", "description", "type")} for d in found]
+
+
 def _llama_cpp_build() -> str:
     """The llama.cpp release the wheel was built from (recorded in its build_config.json)."""
     import cyllama
@@ -88,6 +105,7 @@ class Runner:
         cy.llama_backend_init()
         cy.ggml_backend_load_all()
         self.baseline_rss = _rss_now()
+        devices = _devices(cy)
         mp = cy.LlamaModelParams()
         mp.n_gpu_layers = args.n_gpu_layers
         self.model = cy.LlamaModel(args.model, mp)
@@ -96,6 +114,7 @@ class Runner:
         cp.n_batch = args.n_batch
         cp.n_ubatch = args.n_ubatch
         cp.n_threads = cp.n_threads_batch = args.threads
+        cp.flash_attn_type = FLASH_ATTN[args.flash_attn]
         self.ctx = cy.LlamaContext(self.model, cp)
         self.vocab = self.model.get_vocab()
         self.n_batch = args.n_batch
@@ -121,6 +140,9 @@ class Runner:
             "n_ubatch": int(_value(self.ctx.n_ubatch)),
             "threads": int(_value(self.ctx.n_threads)),
             "flash_attn": flash_attn,
+            "n_gpu_layers": int(mp.n_gpu_layers),
+            "gpu_offload": bool(getattr(cy, "llama_supports_gpu_offload", lambda: False)()),
+            "devices": devices,
             "baseline_rss": self.baseline_rss,
         }
 
@@ -170,7 +192,10 @@ def main(argv=None) -> int:
     p.add_argument("--n-ctx", type=int, required=True)
     p.add_argument("--n-batch", type=int, default=2048)
     p.add_argument("--n-ubatch", type=int, default=512)
-    p.add_argument("--n-gpu-layers", type=int, default=0)
+    p.add_argument("--n-gpu-layers", type=int, default=0,
+                   help="layers to offload to the GPU (99: all of them)")
+    p.add_argument("--flash-attn", choices=sorted(FLASH_ATTN), default="auto",
+                   help="llama.cpp's flash attention (default auto: its own choice)")
     p.add_argument("--verbose", action="store_true", help="keep llama.cpp's log on stderr")
     args = p.parse_args(argv)
     out = _protocol_stream()

@@ -37,8 +37,8 @@ from . import probe
 from .record import NOISE_CV
 from .stats import summarize
 
-__all__ = ["BenchError", "TestSpec", "DasllamaEngine", "make_tokens", "schedule", "model_info",
-           "measure", "rows_for", "benchmark"]
+__all__ = ["BenchError", "TestSpec", "DasllamaEngine", "backend_of", "make_tokens", "schedule",
+           "model_info", "measure", "rows_for", "benchmark"]
 
 # llama.cpp's general.file_type codes (LLAMA_FTYPE_MOSTLY_*) for the names people quote.
 _FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
@@ -49,6 +49,19 @@ _KV_BYTES = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32}
 
 class BenchError(DasllamaError, RuntimeError):
     """A benchmark that cannot run as asked (an engine missing, engines that disagree)."""
+
+
+BACKENDS = ("cpu", "vulkan", "metal")
+
+
+def backend_of(device: str) -> str:
+    """The backend a device spec names: "cpu", "vulkan" ("vulkan", "vulkan:0", "vulkan:NAME")
+    or "metal"."""
+    backend = str(device).split(":", 1)[0].strip().lower()
+    if backend not in BACKENDS:
+        raise BenchError(f"device {device!r}: expected cpu, vulkan, vulkan:N, vulkan:NAME "
+                         f"or metal")
+    return backend
 
 
 @dataclass(frozen=True)
@@ -78,36 +91,99 @@ class DasllamaEngine:
     name = "dasllama"
 
     def __init__(self, path, *, threads: int, n_ctx: int, kv_type: str = "f16",
-                 factory: Optional[Callable] = None):
+                 device: str = "cpu", factory: Optional[Callable] = None):
+        self.backend = backend_of(device)
         if factory is None:
             from .. import _core
             if not hasattr(_core, "LLMModel"):
                 raise BenchError("this build of dasllama._core has no LLMModel; "
                                    "measure the peer alone with --engine llama.cpp")
             factory = _core.LLMModel
-        self.model = factory(str(path), n_ctx=n_ctx, n_threads=threads, kv_type=kv_type)
+        kwargs = {"n_ctx": n_ctx, "n_threads": threads, "kv_type": kv_type}
+        if self.backend != "cpu":     # a CPU run works with builds that take no device
+            kwargs["device"] = device
+        try:
+            self.model = factory(str(path), **kwargs)
+        except TypeError as e:
+            if "device" not in kwargs:
+                raise
+            raise BenchError(f"this build of dasllama._core cannot open a model on device "
+                             f"{device!r} ({e}); rebuild it with the GPU runtime or "
+                             f"benchmark --device cpu") from e
         b = probe.build()
         self.version = b["version"] + (f"+g{b['git_sha']}" if b["git_sha"] else "") + \
             ("-dirty" if b["git_dirty"] else "")
         self.threads = threads
-        self.details = {"kv_type": kv_type, "n_ctx": n_ctx}
+        # The device's own name (e.g. "NVIDIA H200") when the model says it; rows of a GPU
+        # backend carry it, CPU rows carry none.
+        named = getattr(self.model, "device_name", None)
+        self.device = None if self.backend == "cpu" else str(named or device)
+        self.details = {"kv_type": kv_type, "n_ctx": n_ctx, "device": device}
+        if named:
+            self.details["device_name"] = str(named)
+        # Seat use per test kind ("pp", "tg"), warm-ups included: what served and what fell
+        # back to the CPU chain, so a GPU row can show the GPU did the work.
+        self.seat_use: dict = {}
+
+    def _seat_stats(self) -> Optional[dict]:
+        """seat -> {"served", "declined", ...} (``seat_stats()``, else ``stats["seats"]``)."""
+        if self.backend == "cpu":
+            return None
+        get = getattr(self.model, "seat_stats", None)
+        if get is not None:
+            return get()
+        stats = getattr(self.model, "stats", None)
+        return stats.get("seats") if isinstance(stats, dict) else None
+
+    def _note_seats(self, test: str, before: Optional[dict], after: Optional[dict]) -> None:
+        if before is None or after is None:
+            return
+        use = self.seat_use.setdefault(test, {})
+        for seat, now in after.items():
+            then = before.get(seat, {})
+            u = use.setdefault(seat, {"served": 0, "declined": {}})
+            u["served"] += int(now.get("served", 0)) - int(then.get("served", 0))
+            for reason, n in (now.get("declined") or {}).items():
+                d = int(n) - int((then.get("declined") or {}).get(reason, 0))
+                if d:
+                    u["declined"][reason] = u["declined"].get(reason, 0) + d
+
+    def row_fields(self, test: str) -> dict:
+        """What a row of test kind ``test`` adds: the device, and on a GPU the seats' use over
+        that test's runs. A GPU row whose runs no seat served measured the CPU fallback, not
+        the GPU: that is refused rather than recorded under the GPU's name."""
+        if self.backend == "cpu":
+            return {}
+        fields = {"device": self.device}
+        use = self.seat_use.get(test)
+        if use is not None:
+            fields["seats"] = use
+            if not any(u["served"] > 0 for u in use.values()):
+                declined = {s: u["declined"] for s, u in use.items() if u["declined"]}
+                raise BenchError(f"no {self.backend} seat served the {test} runs on "
+                                 f"{self.device} (declined: {declined or 'none counted'}): "
+                                 f"the CPU fallback did the work")
+        return fields
 
     def vocab(self):
         tok = self.model.tokenizer
         return int(self.model.n_vocab), int(tok.bos_id), bool(tok.add_bos)
 
     def run(self, test: str, tokens: Sequence[int]) -> int:
+        if test not in ("pp", "tg"):
+            raise ValueError(f"unknown test {test!r} (expected 'pp' or 'tg')")
         m = self.model
         m.reset()
+        before = self._seat_stats()      # read outside the timed region
         t0 = time.perf_counter_ns()
         if test == "pp":
             m.eval(list(tokens))
-        elif test == "tg":
+        else:
             for tok in tokens:
                 m.eval([tok])
-        else:
-            raise ValueError(f"unknown test {test!r} (expected 'pp' or 'tg')")
-        return time.perf_counter_ns() - t0
+        ns = time.perf_counter_ns() - t0
+        self._note_seats(test, before, self._seat_stats())
+        return ns
 
     def top(self, tokens: Sequence[int], k: int = 5) -> list:
         self.model.reset()
@@ -270,6 +346,12 @@ def rows_for(engine, model: dict, samples: dict, tests: Sequence[TestSpec],
             "noisy": bool(s.cv > noise_cv), "reruns": 1 if rerun else 0,
             "samples_ts": rates, "samples_ns": list(ns),
         }
+        # The device (for a GPU backend) and what else the engine says of this test's runs.
+        if getattr(engine, "device", None):
+            row["device"] = engine.device
+        extra = getattr(engine, "row_fields", None)
+        if extra is not None:
+            row.update(extra(test.kind))
         if rerun:
             row["first_cv"] = rerun["first_cv"]
             row["first_samples_ns"] = list(rerun["first_samples_ns"])
@@ -285,7 +367,7 @@ def rows_for(engine, model: dict, samples: dict, tests: Sequence[TestSpec],
 
 def benchmark(models: Sequence, openers: dict, *, threads: int, reps: int, n_prompt: int,
               n_gen: int, seed: int = 0, pause: float = 0.1, kv_type: str = "f16",
-              noise_cv: Optional[float] = NOISE_CV,
+              device: str = "cpu", noise_cv: Optional[float] = NOISE_CV,
               on_event: Callable = lambda *a, **k: None,
               on_rows: Callable = lambda result: None) -> dict:
     """The whole LLM benchmark: for each model file, open the engines (``openers`` maps an
@@ -305,7 +387,8 @@ def benchmark(models: Sequence, openers: dict, *, threads: int, reps: int, n_pro
     n_ctx = n_prompt + n_gen
     result = {"config": {"n_prompt": n_prompt, "n_gen": n_gen, "reps": reps, "threads": threads,
                          "warmup": 1, "alternate": True, "seed": seed, "pause_s": pause,
-                         "kv_type": kv_type, "n_ctx": n_ctx, "noise_cv": noise_cv,
+                         "kv_type": kv_type, "n_ctx": n_ctx, "device": device,
+                         "noise_cv": noise_cv,
                          "noise_reruns": 1},
               "engines": {}, "rows": [], "memory": [], "validation": []}
     total = len(models) * len(tests) * len(openers)

@@ -2,9 +2,12 @@
 
 ``machine()`` gathers the CPU model, the instruction-set flags that matter to the kernels, core
 and memory counts, the load average (others working on the box show up there), the OS and
-Python, and the GPUs when there are any (name, driver, Vulkan API version); ``build()`` gives
-dasllama's version and, in a git checkout, the commit and whether the tree had local changes. The RSS helpers read the kernel's own counters: the peak can be reset
-on Linux (``/proc/self/clear_refs``), so each model gets its own peak.
+Python, and the GPUs when there are any (name, driver, Vulkan API version): when a GPU is
+benchmarked, as dasllama's own runtime sees them (``_core.gpu_devices()``), else through
+``vulkaninfo`` or ``nvidia-smi``. ``build()`` gives dasllama's version and, in a git checkout,
+the commit and whether the tree had local changes. The RSS helpers read the kernel's own
+counters: the peak can be reset on Linux (``/proc/self/clear_refs``), so each model gets its
+own peak.
 """
 
 from __future__ import annotations
@@ -18,14 +21,16 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["machine", "gpus", "parse_vulkaninfo_summary", "build", "box_name", "this_box",
-           "rss_bytes", "peak_rss_bytes", "reset_peak_rss", "process_peak_rss_bytes"]
+__all__ = ["machine", "gpus", "runtime_gpus", "parse_vulkaninfo_summary", "build", "box_name",
+           "this_box", "loadavg", "rss_bytes", "peak_rss_bytes", "reset_peak_rss",
+           "process_peak_rss_bytes"]
 
 # Flags named as Linux spells them in /proc/cpuinfo; the ones the kernels choose between.
 _X86_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw",
               "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16", "avx512_fp16",
               "amx_tile", "amx_int8", "amx_bf16")
 _ARM_FLAGS = ("asimd", "asimdhp", "asimddp", "i8mm", "bf16", "sve", "sve2", "sme")
+_API_VERSION = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)?")     # "1.3.277" of "1.3.277 (...)"
 
 
 def _read(path: str) -> str:
@@ -78,8 +83,15 @@ def _memory_bytes() -> Optional[int]:
         return None
 
 
-def machine() -> dict:
-    """The probe a record carries: CPU, flags subset, cores, memory, load, OS, Python."""
+def loadavg() -> Optional[float]:
+    """The 1-minute load average (None where the OS has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def machine(gpu: bool = False) -> dict:
+    """The probe a record carries: CPU, flags subset, cores, memory, load, OS, Python, GPUs.
+    ``gpu``: a GPU is benchmarked, so ask dasllama's runtime for the devices first (that
+    opens a Vulkan instance in this process, which a CPU run does not need)."""
     cpuinfo = _read("/proc/cpuinfo")
     m = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
     present = set(m.group(1).split()) if m else set()
@@ -91,7 +103,7 @@ def machine() -> dict:
         "logical_cores": os.cpu_count(),
         "physical_cores": _physical_cores(cpuinfo),
         "memory_bytes": _memory_bytes(),
-        "loadavg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "loadavg_1m": loadavg(),
         "os": platform.platform(),
         "python": platform.python_version(),
     }
@@ -100,7 +112,7 @@ def machine() -> dict:
         info["dasllama_isa"] = cpu_features().get("isa")
     except ImportError:
         info["dasllama_isa"] = None
-    found = gpus()
+    found = gpus(runtime=gpu)
     if found:
         info["gpus"] = found
     return info
@@ -122,7 +134,7 @@ def parse_vulkaninfo_summary(text: str) -> list:
         if "deviceName" not in field:
             continue
         gpu = {"name": field["deviceName"], "source": "vulkaninfo"}
-        api = re.match(r"[0-9]+\.[0-9]+(\.[0-9]+)?", field.get("apiVersion", ""))
+        api = _API_VERSION.match(field.get("apiVersion", ""))
         if api:
             gpu["vulkan_api"] = api.group(0)
         driver = field.get("driverInfo") or field.get("driverName")
@@ -132,9 +144,48 @@ def parse_vulkaninfo_summary(text: str) -> list:
     return out
 
 
-def gpus() -> list:
-    """The GPUs the machine shows (Vulkan devices through vulkaninfo, else NVIDIA's through
-    nvidia-smi); empty when neither tool is there. A record carries them when present."""
+def runtime_gpus(core=None) -> Optional[list]:
+    """The GPUs as dasllama's runtime enumerates them (``_core.gpu_devices()``: the devices
+    ``--device vulkan:N`` counts), in the probe's fields; None when this build has no GPU
+    runtime or it cannot enumerate (no loader, no driver)."""
+    if core is None:
+        try:
+            from .. import _core as core
+        except ImportError:
+            return None
+    list_devices = getattr(core, "gpu_devices", None)
+    if list_devices is None:
+        return None
+    try:
+        found = list_devices()
+    except Exception:   # the runtime's DeviceError: the other probes may still see the GPU
+        return None
+    out = []
+    for d in found:
+        if not d.get("name"):
+            continue
+        gpu = {"name": str(d["name"]), "source": "dasllama"}
+        api = _API_VERSION.match(str(d.get("api_version", "")))
+        if api:
+            gpu["vulkan_api"] = api.group(0)
+        for key in ("driver", "type", "backend"):
+            if d.get(key):
+                gpu[key] = str(d[key])
+        for key in ("index", "memory_bytes", "subgroup_size"):
+            if isinstance(d.get(key), int) and d[key] >= 0:
+                gpu[key] = d[key]
+        out.append(gpu)
+    return out
+
+
+def gpus(runtime: bool = False) -> list:
+    """The GPUs the machine shows: with ``runtime``, dasllama's own enumeration when it has
+    one; else Vulkan devices through vulkaninfo, else NVIDIA's through nvidia-smi; empty when
+    nothing answers. A record carries them when present."""
+    if runtime:
+        found = runtime_gpus()
+        if found:
+            return found
     found = parse_vulkaninfo_summary(_run(["vulkaninfo", "--summary"])) \
         if shutil.which("vulkaninfo") else []
     if not found and shutil.which("nvidia-smi"):

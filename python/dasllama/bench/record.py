@@ -31,6 +31,9 @@ NOISE_CV = 0.03          # a cell above this cv is run once more, then marked no
 # Environment variables that change what dasllama or its peer does; a record keeps those set.
 ENV_KNOBS = ("DASLLAMA_CPU_ISA", "DASLLAMA_TUNING", "DASLLAMA_LOG", "DASLLAMA_LLAMA_CPP_PYTHON",
              "OMP_NUM_THREADS", "GGML_NTHREADS", "VK_ICD_FILENAMES", "MESA_VK_DEVICE_SELECT")
+# ... and every variable with one of these prefixes: dasllama's seat switches, llama.cpp's
+# Vulkan knobs (GGML_VK_VISIBLE_DEVICES, GGML_VK_DISABLE_COOPMAT, ...).
+ENV_KNOB_PREFIXES = ("DASLLAMA_SEAT_", "GGML_VK_")
 # Which way is better, by unit: throughputs and real-time multiples up, latencies down.
 _HIGHER_IS_BETTER = {"t/s": True, "x": True, "ms": False, "s": False}
 
@@ -75,7 +78,8 @@ def command_line() -> str:
 
 
 def env_knobs() -> dict:
-    return {k: os.environ[k] for k in ENV_KNOBS if k in os.environ}
+    return {k: v for k, v in sorted(os.environ.items())
+            if k in ENV_KNOBS or k.startswith(ENV_KNOB_PREFIXES)}
 
 
 def finish(result: dict, machine: dict, build: dict, process_peak_rss: Optional[int], *,
@@ -99,14 +103,15 @@ def finish(result: dict, machine: dict, build: dict, process_peak_rss: Optional[
 
 def format_table(record: dict) -> str:
     """The rows as an aligned table, then the ratios (derived here, from medians)."""
-    head = f"{'model':<34} {'test':<6} {'engine':<9} {'median':>9} {'mean':>9} {'sd':>7} " \
-           f"{'cv':>6} {'min':>9} {'max':>9}  achieved"
+    head = f"{'model':<34} {'test':<6} {'engine':<9} {'backend':<7} {'median':>9} {'mean':>9} " \
+           f"{'sd':>7} {'cv':>6} {'min':>9} {'max':>9}  achieved"
     lines = [head, "-" * len(head)]
     for r in record["rows"]:
         achieved = (f"~{r['approx_GBps']:.1f} GB/s" if "approx_GBps" in r
                     else f"~{r['approx_GFLOPs']:.0f} GFLOP/s" if "approx_GFLOPs" in r else "")
         noisy = "  noisy" if r.get("noisy") else ""
-        lines.append(f"{r['model'][:34]:<34} {r['test']:<6} {r['engine']:<9} {r['median']:>9.2f} "
+        lines.append(f"{r['model'][:34]:<34} {r['test']:<6} {r['engine']:<9} "
+                     f"{r.get('backend', 'cpu'):<7} {r['median']:>9.2f} "
                      f"{r['mean']:>9.2f} {r['sd']:>7.2f} {100 * r['cv']:>5.1f}% {r['min']:>9.2f} "
                      f"{r['max']:>9.2f}  {achieved}{noisy}")
     units = sorted({r.get("unit", "t/s") for r in record["rows"]})
@@ -116,10 +121,14 @@ def format_table(record: dict) -> str:
     found = list(pairs(record["rows"]))
     if found:
         title = f"dasllama/{found[0][1]['engine']} (medians)"
-        lines += ["", f"{'model':<34} {'test':<6} {title:>30}"]
+        lines += ["", f"{'model':<34} {'test':<6} {'backend':<7} {title:>30}"]
         for ours, ref, q in found:
             mark = "  noisy" if ours.get("noisy") or ref.get("noisy") else ""
-            lines.append(f"{ours['model'][:34]:<34} {ours['test']:<6} {q:>30.3f}{mark}")
+            lines.append(f"{ours['model'][:34]:<34} {ours['test']:<6} "
+                         f"{ours.get('backend', 'cpu'):<7} {q:>30.3f}{mark}")
+        devices = {r["device"] for r in record["rows"] if r.get("device")}
+        if devices:
+            lines.append(f"(GPU rows ran on {'; '.join(sorted(devices))})")
     if record.get("stopped"):
         lines.append(f"\n(stopped by {record['stopped']['signal']}: {len(record['rows'])} rows "
                      f"finished)")

@@ -12,4 +12,8 @@ dequantizers bit for bit against :mod:`dasllama.reference.quants` (tests/test_fo
 - :mod:`dasllama.reference.llm` -- a decoder-only language model's forward pass
   (``ReferenceLLM``: logits and greedy decoding), with the per-architecture facts in
   :mod:`dasllama.reference.llm_arch`.
+- :mod:`dasllama.reference.pocket` -- Kyutai's Pocket TTS (``ReferencePocket``: text
+  normalization and chunking, the prompt stage, the frame loop with its flow head and EOS rule,
+  the Mimi codec), with its blocks in :mod:`.pocket_blocks`, :mod:`.pocket_mimi` and
+  :mod:`.pocket_text`.
 """

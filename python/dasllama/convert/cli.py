@@ -1,0 +1,54 @@
+"""``dasllama convert``: checkpoints to GGUF on the command line.
+
+::
+
+    dasllama convert pocket model.safetensors --tokenizer tokenizer.json -o pocket.gguf
+    dasllama convert pocket model.safetensors --tokenizer tokenizer.model -o pocket-q8.gguf \\
+        --lane q8_0 --config english_7m.yaml
+
+``add_convert_parser(sub)`` adds the command to dasllama's own argument parser (the
+subparsers object of ``dasllama.cli.main``); each command sets ``run``, which returns the
+exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+__all__ = ["add_convert_parser"]
+
+
+def _cmd_pocket(args) -> int:
+    from .pocket import LANES, convert_pocket
+
+    start = time.perf_counter()
+    out = convert_pocket(args.checkpoint, args.tokenizer, args.output, lane=args.lane,
+                         config=args.config)
+    size = out.stat().st_size
+    print(f"wrote {out} ({size / 2**20:.1f} MiB, lane {args.lane}: transformer linears "
+          f"{LANES[args.lane][0]}) in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return 0
+
+
+def add_convert_parser(sub) -> argparse.ArgumentParser:
+    """Add ``convert`` (with its ``pocket`` subcommand) to ``sub``; returns its parser."""
+    p = sub.add_parser("convert", help="convert an upstream checkpoint to GGUF")
+    models = p.add_subparsers(dest="model", required=True, metavar="MODEL")
+    q = models.add_parser(
+        "pocket", help="Pocket TTS (Kyutai pocket-tts): a TTSModel state dict",
+        description="Convert a Pocket TTS checkpoint (the released model.safetensors, or a "
+                    "TTSModel state dict saved with safetensors) and its tokenizer to GGUF.")
+    q.add_argument("checkpoint", metavar="CHECKPOINT.safetensors",
+                   help="the TTSModel state dict (flow_lm.* and mimi.* tensors)")
+    q.add_argument("--tokenizer", required=True, metavar="TOKENIZER",
+                   help="the config's tokenizer: a tokenizers .json or a SentencePiece .model")
+    q.add_argument("-o", "--output", required=True, metavar="OUT.gguf", help="the GGUF to write")
+    q.add_argument("--lane", choices=("f32", "f16", "q8_0"), default="f32",
+                   help="the transformer linears' type (default f32); everything else is f32")
+    q.add_argument("--config", default=None, metavar="CONFIG",
+                   help="the package's config (.yaml needs PyYAML, or .json) when it is not the "
+                        "English one; fields it leaves out keep the English values")
+    q.set_defaults(run=_cmd_pocket)
+    return p
