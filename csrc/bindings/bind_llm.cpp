@@ -70,18 +70,47 @@ py::array_t<float> eval(LLMModel& m, const std::vector<int64_t>& ids, bool all_l
 
 void bind_llm(py::module_& m) {
     py::class_<LLMModel>(m, "LLMModel",
-                         "A GGUF text model (llama, qwen2, qwen3, qwen3moe, gemma3) on the CPU, "
-                         "with its tokenizer and KV cache. Calls are serialized; eval releases "
-                         "the GIL.")
+                         "A GGUF text model (llama, qwen2, qwen3, qwen3moe, gemma3) on the CPU "
+                         "or a GPU, with its tokenizer and KV cache. Calls are serialized; eval "
+                         "releases the GIL.")
         .def(py::init([](const std::string& path, int64_t n_ctx, int n_threads,
-                         const std::string& kv_type) {
+                         const std::string& kv_type, const std::string& device) {
                  const KVType kv = kv_type_from_string(kv_type);
                  py::gil_scoped_release nogil;
-                 return std::make_unique<LLMModel>(path, n_ctx, n_threads, kv);
+                 return std::make_unique<LLMModel>(path, n_ctx, n_threads, kv, device);
              }),
              py::arg("path"), py::arg("n_ctx") = 4096, py::arg("n_threads") = 0,
-             py::arg("kv_type") = "f16",
-             "Opens the model. n_threads 0 uses the physical cores; kv_type f16|f32|q8_0.")
+             py::arg("kv_type") = "f16", py::arg("device") = "cpu",
+             "Opens the model. n_threads 0 uses the physical cores; kv_type f16|f32|q8_0; "
+             "device cpu|vulkan|vulkan:N|vulkan:NAME.")
+        .def_property_readonly("device_name", &LLMModel::device_name)
+        .def("seat_stats", [](const LLMModel& s) {
+                 py::dict out;
+                 for (const auto& [name, st] : s.seat_stats()) {
+                     py::dict declined;
+                     for (int i = 0; i < gpu::kDeclineKinds; ++i)
+                         declined[gpu::decline_name(gpu::Decline(i))] = st.declined[size_t(i)];
+                     py::dict d;
+                     d["served"] = st.served;
+                     d["declined"] = declined;
+                     d["dispatches"] = st.dispatches;
+                     d["uploads"] = st.uploads;
+                     out[name.c_str()] = d;
+                 }
+                 return out;
+             },
+             "Per seat (prefill, decode): served, declined by reason, dispatches, uploads.")
+        .def("set_seat_enabled", &LLMModel::set_seat_enabled, py::arg("seat"), py::arg("on"),
+             "Turns a GPU seat on or off; a seat that is off declines with reason 'knob'.")
+        .def("set_profiling", &LLMModel::set_profiling, py::arg("on"),
+             "Times every GPU dispatch of later calls (see last_profile).")
+        .def("last_profile", [](const LLMModel& s) {
+                 py::list out;
+                 for (const gpu::KernelTime& t : s.last_profile())
+                     out.append(py::make_tuple(t.stamp, t.microseconds));
+                 return out;
+             },
+             "[(stamp, microseconds)] of each dispatch of the last GPU call, when profiling.")
         .def_property_readonly("arch", &LLMModel::arch)
         .def_property_readonly("n_vocab", &LLMModel::n_vocab)
         .def_property_readonly("n_ctx", &LLMModel::n_ctx)

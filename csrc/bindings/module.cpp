@@ -10,4 +10,5 @@ PYBIND11_MODULE(_core, m) {
     dasllama::bindings::bind_llm(m);
     dasllama::bindings::bind_sampler(m);
     dasllama::bindings::bind_tuning(m);
+    dasllama::bindings::bind_gpu(m);
 }

@@ -164,4 +164,23 @@ const float* KVCache::LayerView::values(int64_t kv_head, int64_t pos0, int64_t n
     return cache_.read_rows(true, layer_, kv_head, pos0, n, scratch);
 }
 
+void KVCache::read_layer_rows(int layer, int64_t pos0, int64_t n, float* k_rows,
+                              float* v_rows) const {
+    check_layer(layer);
+    if (pos0 < 0 || n < 0 || pos0 + n > layer_length(layer))
+        throw ShapeError("kv cache: layer " + std::to_string(layer) + " holds " +
+                         std::to_string(layer_length(layer)) + " positions, cannot read " +
+                         std::to_string(n) + " from " + std::to_string(pos0));
+    for (bool values : {false, true}) {
+        const int64_t hd = values ? head_dim_v_ : head_dim_k_;
+        float* out = values ? v_rows : k_rows;
+        std::vector<float> scratch(size_t(n * hd));
+        for (int64_t h = 0; h < n_head_kv_; ++h) {
+            const float* rows = read_rows(values, layer, h, pos0, n, scratch.data());
+            for (int64_t t = 0; t < n; ++t)
+                std::copy_n(rows + t * hd, hd, out + (t * n_head_kv_ + h) * hd);
+        }
+    }
+}
+
 }  // namespace dasllama

@@ -71,6 +71,11 @@ public:
     const float* read_rows(bool values, int layer, int64_t kv_head, int64_t pos0, int64_t n,
                            float* scratch) const;
 
+    // Rows pos0..pos0+n-1 of one layer in the order kv_cache_append_rows takes them:
+    // k_rows n x (n_head_kv * head_dim_k), v_rows n x (n_head_kv * head_dim_v), float32.
+    // Throws ShapeError when the layer does not hold them.
+    void read_layer_rows(int layer, int64_t pos0, int64_t n, float* k_rows, float* v_rows) const;
+
 private:
     void check_layer(int layer) const;
     uint8_t* row_ptr(bool values, int layer, int64_t kv_head, int64_t pos) const;

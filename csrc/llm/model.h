@@ -1,5 +1,7 @@
-// A GGUF text model ready to run on the CPU: config, weights, tokenizer, thread pool, KV cache
-// and the forward pass, behind one small API.
+// A GGUF text model: config, weights, tokenizer, thread pool, KV cache and the forward pass,
+// behind one small API. On a GPU device, prefill and decode are seats (gpu/seat.h): each call
+// is served by the device-resident forward pass or declined with a reason and run on the CPU,
+// the K/V rows moving between the device cache and the host cache as needed.
 //
 // eval() appends tokens at positions n_past().. and returns their logits; truncate() forgets
 // positions so a chat can reuse its prefix. One thread at a time: calls from several threads
@@ -14,13 +16,18 @@
 #include <string_view>
 #include <vector>
 
+#include <map>
+
 #include "cpu/matmul.h"
+#include "gpu/device.h"
+#include "gpu/seat.h"
 #include "llm/kv_cache.h"
 #include "llm/model_config.h"
 
 namespace dasllama {
 
 class Forward;
+class GpuForward;
 class GGUFFile;
 class ThreadPool;
 class Tokenizer;
@@ -32,8 +39,10 @@ public:
     // physical cores. Throws GGUFError/FormatError/ShapeError naming the file and key or
     // tensor at fault, Error for an unsupported architecture, std::invalid_argument for
     // n_ctx < 1.
+    // `device`: "cpu", or a GPU spec for gpu::open_device ("vulkan", "vulkan:N", "vulkan:NAME");
+    // an unknown or missing device throws DeviceError naming the devices there are.
     LLMModel(const std::string& path, int64_t n_ctx = 4096, int n_threads = 0,
-             KVType kv_type = KVType::F16);
+             KVType kv_type = KVType::F16, const std::string& device = "cpu");
     ~LLMModel();
     LLMModel(const LLMModel&) = delete;
     LLMModel& operator=(const LLMModel&) = delete;
@@ -67,12 +76,25 @@ public:
     void set_precision(std::string_view precision);
     std::string precision() const;
 
+    // The device this model was opened on: "cpu" or the GPU's name.
+    std::string device_name() const;
+    // Per-seat counters ("prefill", "decode"); empty on the CPU.
+    std::map<std::string, gpu::SeatStats> seat_stats() const;
+    // Turns a seat on or off (its knob; DASLLAMA_SEAT_<NAME>=0 sets the default).
+    void set_seat_enabled(const std::string& seat, bool on);
+    // Profiling of GPU calls: per-dispatch times of the last served call.
+    void set_profiling(bool on);
+    std::vector<gpu::KernelTime> last_profile() const;
+
     // Releases the weights, cache and mapping; later calls throw Error.
     void close();
     bool closed() const { return forward_ == nullptr; }
 
 private:
     void check_open() const;
+    void open_gpu(const std::string& spec);
+    bool try_gpu(const int32_t* ids, int64_t n, int64_t start, bool all_logits, float* logits);
+    void sync_host_cache(int64_t upto);
 
     mutable std::mutex mu_;
     ModelConfig cfg_;
@@ -85,6 +107,17 @@ private:
     std::unique_ptr<ThreadPool> pool_;
     std::unique_ptr<KVCache> cache_;
     std::unique_ptr<Forward> forward_;
+
+    // GPU state. n_past_ is the logical length; the host cache holds a prefix of it and the
+    // device cache holds [0, gpu_len_).
+    int64_t n_past_ = 0;
+    std::shared_ptr<gpu::Device> device_;
+    std::unique_ptr<GpuForward> gpu_;
+    gpu::Decline gpu_absent_ = gpu::Decline::device;  // why gpu_ is null on a GPU device
+    std::string gpu_absent_why_;
+    int64_t gpu_len_ = 0;
+    std::map<std::string, gpu::SeatStats> seats_;
+    std::map<std::string, bool> seat_on_;
 };
 
 }  // namespace dasllama

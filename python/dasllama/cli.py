@@ -11,6 +11,7 @@ from . import gguf, models
 from .errors import DasllamaError
 from .bench.cli import _add_bench_parser
 from .convert.cli import add_convert_parser
+from .gpu import add_devices_parser
 from .llm import DEFAULT_MODEL, LLM
 
 _TOKENIZER_KINDS = {"gpt2": "byte-level BPE", "llama": "SentencePiece", "bert": "WordPiece",
@@ -85,6 +86,9 @@ def _add_model_args(p):
                    help="worker threads (default: one per physical core)")
     p.add_argument("--kv-type", default="f16", choices=["f16", "f32", "q8_0"],
                    help="KV cache element type (default f16)")
+    p.add_argument("--device", default=None,
+                   help="cpu, vulkan (the best GPU), vulkan:N or vulkan:NAME "
+                        "(default $DASLLAMA_DEVICE, else cpu; `dasllama devices` lists them)")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="stop after this many tokens (default 128 for generate, 512 for chat)")
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
@@ -104,7 +108,8 @@ def _sampling(args) -> dict:
 
 
 def _load(args) -> LLM:
-    return LLM(args.model, n_ctx=args.ctx, threads=args.threads, kv_type=args.kv_type)
+    return LLM(args.model, device=args.device, n_ctx=args.ctx, threads=args.threads,
+               kv_type=args.kv_type)
 
 
 def _stats_line(stats: dict) -> str:
@@ -131,6 +136,8 @@ def _cmd_generate(args) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     max_tokens = 128 if args.max_tokens is None else args.max_tokens
     with _load(args) as llm:
+        if args.profile:
+            llm.model.set_profiling(True)
         try:
             _print_stream(llm.generate(prompt, max_tokens=max_tokens, stream=True,
                                        **_sampling(args)))
@@ -139,7 +146,26 @@ def _cmd_generate(args) -> int:
             sys.stdout.flush()
             if llm.stats:
                 print(_stats_line(llm.stats), file=sys.stderr)
+            if args.profile:
+                print(_profile_table(llm), file=sys.stderr)
     return 0
+
+
+def _profile_table(llm: LLM) -> str:
+    """GPU time per kernel stamp of the last served call (one decode step after generation)."""
+    timings = llm.model.last_profile()
+    if not timings:
+        return f"profile: no GPU call was timed (device: {llm.device})"
+    totals: dict = {}
+    for stamp, us in timings:
+        n, t = totals.get(stamp, (0, 0.0))
+        totals[stamp] = (n + 1, t + us)
+    whole = sum(t for _, t in totals.values())
+    lines = [f"GPU time of the last call on {llm.device}: {whole:.1f} us in {len(timings)} "
+             f"dispatches", f"{'stamp':<28} {'calls':>6} {'us':>10} {'share':>7}"]
+    for stamp, (n, t) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+        lines.append(f"{stamp:<28} {n:>6} {t:>10.1f} {100.0 * t / max(whole, 1e-9):>6.1f}%")
+    return "\n".join(lines)
 
 
 def _cmd_chat(args) -> int:
@@ -198,6 +224,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("generate", help="continue a prompt, streaming the text to stdout")
     p.add_argument("prompt", help='the text to continue ("-" reads it from stdin)')
     _add_model_args(p)
+    p.add_argument("--profile", action="store_true",
+                   help="on a GPU, print each kernel's time for the last decode step")
     p.set_defaults(run=_cmd_generate)
     p = sub.add_parser("chat", help="talk with a model: lines from stdin, replies on stdout")
     _add_model_args(p)
@@ -206,6 +234,7 @@ def main(argv=None) -> int:
     p.set_defaults(run=_cmd_chat)
     _add_bench_parser(sub)
     add_convert_parser(sub)
+    add_devices_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -30,10 +30,11 @@ import numpy as np
 from . import _core, gguf, models
 from .chat import ChatFormat
 from .errors import DasllamaError, DeviceError, ShapeError
+from .gpu import resolve_device
 
 __all__ = ["LLM", "DEVICES", "DEFAULT_MODEL"]
 
-DEVICES = ("cpu",)          # devices this release runs LLMs on
+DEVICES = ("cpu", "vulkan")  # device kinds this release runs LLMs on ("vulkan:N" picks one)
 DEFAULT_MODEL = "smollm2"
 
 
@@ -83,19 +84,25 @@ class LLM:
     """A language model loaded from a GGUF file, ready to generate.
 
     path_or_name: a .gguf path or a model name (default "smollm2"; see dasllama.models.find).
-    device: "cpu" (the only device of this release). n_ctx: the context size in tokens.
+    device: "cpu", "vulkan" (the best GPU), "vulkan:N" (device N of `dasllama devices`, CPU-type
+    drivers such as lavapipe included) or "vulkan:NAME"; None reads $DASLLAMA_DEVICE, else "cpu".
+    On a GPU, prefill and decode are seats that fall back to the CPU when they decline
+    (stats["seats"] counts both). n_ctx: the context size in tokens.
     threads: worker threads (None: one per physical core). kv_type: "f16", "f32" or "q8_0".
     """
 
-    def __init__(self, path_or_name: Union[str, os.PathLike, None] = None, device: str = "cpu",
-                 n_ctx: int = 4096, threads: Optional[int] = None, kv_type: str = "f16"):
-        if device not in DEVICES:
+    def __init__(self, path_or_name: Union[str, os.PathLike, None] = None,
+                 device: Optional[str] = None, n_ctx: int = 4096, threads: Optional[int] = None,
+                 kv_type: str = "f16"):
+        device = resolve_device(device)
+        if device.split(":", 1)[0] not in DEVICES:
             raise DeviceError(f"device {device!r} is not available: this release runs language "
-                              f"models on {', '.join(map(repr, DEVICES))} only")
+                              f"models on {', '.join(map(repr, DEVICES))} (or 'vulkan:N')")
         n_ctx = _check_int("n_ctx", n_ctx, 1)
         threads = _check_int("threads", threads, 0, allow_none=True)
         path = models.find(DEFAULT_MODEL if path_or_name is None else path_or_name)
-        model = _core.LLMModel(str(path), n_ctx=n_ctx, n_threads=threads or 0, kv_type=kv_type)
+        model = _core.LLMModel(str(path), n_ctx=n_ctx, n_threads=threads or 0, kv_type=kv_type,
+                               device=device)
         self._attach(model, path, template=None)
 
     @classmethod
@@ -140,8 +147,19 @@ class LLM:
     def stats(self) -> dict:
         """Figures of the last call: prompt_tokens, cached_tokens (reused from the previous
         call), prompt_tokens_per_s, gen_tokens, gen_tokens_per_s, prompt_seconds, gen_seconds,
-        finish_reason ("eog", "stop", "length", "context", or "interrupted")."""
-        return dict(self._stats)
+        finish_reason ("eog", "stop", "length", "context", or "interrupted"); on a GPU device
+        also seats: {"prefill"|"decode": {"served", "declined": {reason: n}, "dispatches",
+        "uploads"}}, counted since the model was opened."""
+        out = dict(self._stats)
+        seats = getattr(self._model, "seat_stats", None) if self._model is not None else None
+        if seats is not None:
+            out["seats"] = seats()
+        return out
+
+    @property
+    def device(self) -> str:
+        """"cpu" or the name of the GPU the model runs on."""
+        return getattr(self.model, "device_name", "cpu")
 
     def close(self):
         """Free the model. Calls after this raise."""

@@ -1,0 +1,375 @@
+#include "llm/gpu_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/errors.h"
+#include "core/formats.h"
+#include "cpu/matmul.h"
+#include "gk_args.h"
+
+namespace dasllama {
+
+namespace {
+
+namespace gk = gpu::gk_args;
+
+// Token rows at or below which a projection uses the matrix-vector stamps (one pass over the
+// weights for all rows) instead of the tiled matrix-matrix ones; the matvec kernels loop over
+// at most this many rows.
+constexpr int64_t kMatvecMaxTokens = 8;
+// Threads of the element-wise and table kernels (their GK_WG); the grid-stride kernels take
+// at most kMaxGroups groups.
+constexpr uint32_t kEltwiseGroup = 256;
+constexpr uint32_t kRopeTableGroup = 64;
+constexpr uint32_t kMaxGroups = 65535;
+// Query rows per workgroup of attention_prefill (GK_ATTN_TQ of its stamp).
+constexpr int64_t kAttnPrefillRows = 16;
+
+uint32_t u32(int64_t v) { return uint32_t(v); }
+uint32_t ceil_div(int64_t a, int64_t b) { return uint32_t((a + b - 1) / b); }
+uint32_t grid(int64_t items, int64_t per_group) {
+    return std::max<uint32_t>(1, std::min<uint32_t>(ceil_div(items, per_group), kMaxGroups));
+}
+
+const TypeTraits& f16_traits() {
+    static const TypeTraits* t = type_traits("F16");
+    return *t;
+}
+
+}  // namespace
+
+// The cos/sin table of one (base, scale) pair, for the positions of the current call.
+struct GpuForward::RopeTab {
+    double base = 0, scale = 0;
+    std::unique_ptr<gpu::Buffer> freqs;  // hi/lo float pairs per frequency
+    std::unique_ptr<gpu::Buffer> tab;    // [max_batch][half][cos, sin]
+};
+
+GpuForward::GpuForward(const ModelConfig& cfg, const ModelWeights& w,
+                       std::shared_ptr<gpu::Device> device, int64_t n_ctx, int64_t max_batch)
+    : cfg_(cfg), host_w_(w), device_(std::move(device)), n_ctx_(n_ctx),
+      max_batch_(std::max<int64_t>(1, max_batch)) {
+    gpu::Device& dev = *device_;
+    weights_ = upload_weights(dev, cfg, w);
+    coopmat_ = dev.info().coopmat_khr;
+
+    const size_t B = size_t(max_batch_), F = sizeof(float);
+    const int64_t ff = cfg.n_ff;
+    x_ = dev.alloc(B * size_t(cfg.n_embd) * F, "x");
+    xn_ = dev.alloc(B * size_t(cfg.n_embd) * F, "x_norm");
+    q_ = dev.alloc(B * size_t(cfg.q_dim()) * F, "q");
+    k_ = dev.alloc(B * size_t(cfg.k_dim()) * F, "k");
+    v_ = dev.alloc(B * size_t(cfg.v_dim()) * F, "v");
+    attn_ = dev.alloc(B * size_t(cfg.n_head * cfg.head_dim_v) * F, "attn");
+    out_ = dev.alloc(B * size_t(cfg.n_embd) * F, "out");
+    gate_ = dev.alloc(B * size_t(ff) * F, "gate");
+    up_ = dev.alloc(B * size_t(ff) * F, "up");
+    ids_ = dev.alloc_host(B * sizeof(int32_t), "ids");
+    dummy_ = dev.alloc(16, "unused binding");
+
+    // One K and one V buffer per layer, f16: [n_ctx][n_head_kv * head_dim].
+    for (int64_t i = 0; i < cfg.n_layer; ++i) {
+        kc_.push_back(dev.alloc(size_t(n_ctx) * size_t(cfg.k_dim()) * 2, "k_cache"));
+        vc_.push_back(dev.alloc(size_t(n_ctx) * size_t(cfg.v_dim()) * 2, "v_cache"));
+    }
+
+    // Rope frequencies in double, sent as hi/lo float pairs (rope_table.gk.h).
+    const int64_t half = cfg.n_rot / 2;
+    for (const LayerConfig& lc : cfg.layers) {
+        size_t idx = ropes_.size();
+        for (size_t j = 0; j < ropes_.size(); ++j)
+            if (ropes_[j]->base == lc.rope_base && ropes_[j]->scale == lc.rope_scale) idx = j;
+        if (idx == ropes_.size()) {
+            auto r = std::make_unique<RopeTab>();
+            r->base = lc.rope_base;
+            r->scale = lc.rope_scale;
+            std::vector<float> f(size_t(2 * half));
+            for (int64_t i = 0; i < half; ++i) {
+                double freq = std::pow(lc.rope_base, -2.0 * double(i) / double(cfg.n_rot));
+                if (!w.rope_freqs.empty()) freq /= double(w.rope_freqs[size_t(i)]);
+                freq *= lc.rope_scale;
+                f[size_t(2 * i)] = float(freq);
+                f[size_t(2 * i + 1)] = float(freq - double(float(freq)));
+            }
+            r->freqs = dev.alloc(f.size() * F, "rope_freqs");
+            dev.upload(*r->freqs, 0, f.data(), f.size() * F);
+            r->tab = dev.alloc(B * size_t(half) * 2 * F, "rope_table");
+            ropes_.push_back(std::move(r));
+        }
+        layer_rope_.push_back(idx);
+    }
+}
+
+GpuForward::~GpuForward() = default;
+
+const gpu::StampInfo& GpuForward::stamp(const std::string& name) const {
+    const gpu::StampInfo* s = gpu::find_stamp(name);
+    if (!s || !s->spirv) throw DeviceError("GPU forward: this build has no kernel stamp " + name);
+    return *s;
+}
+
+gpu::Buffer& GpuForward::grow(std::unique_ptr<gpu::Buffer>& buf, size_t bytes, const char* label,
+                              bool host) {
+    if (!buf || buf->size() < bytes)
+        buf = host ? device_->alloc_host(bytes, label) : device_->alloc(bytes, label);
+    return *buf;
+}
+
+void GpuForward::project(gpu::Encoder& e, const DeviceMatrix& m, gpu::Buffer& x, uint32_t x_off,
+                         uint32_t x_stride, gpu::Buffer& y, uint32_t y_off, uint32_t y_stride,
+                         int64_t n_tok, bool accumulate) {
+    const bool vec = n_tok <= kMatvecMaxTokens;
+    std::string name = (vec ? "matvec_" : "matmul_") + m.format;
+    if (!vec && coopmat_ && gpu::find_stamp(name + "_coopmat")) name += "_coopmat";
+    const gpu::StampInfo& st = stamp(name);
+    for (const DeviceMatrix::Split& s : m.splits) {
+        gk::matvec a{};
+        a.rows = u32(s.rows);
+        a.cols = u32(m.cols);
+        a.n_tok = u32(n_tok);
+        a.x_off = x_off;
+        a.x_stride = x_stride;
+        a.y_off = y_off + u32(s.row0);
+        a.y_stride = y_stride;
+        a.accumulate = accumulate ? 1u : 0u;
+        if (vec)
+            e.dispatch(st, {s.buffer.get(), &x, &y}, a, ceil_div(s.rows, GK_MATVEC_ROWS));
+        else
+            e.dispatch(st, {s.buffer.get(), &x, &y}, a, ceil_div(s.rows, GK_MATMUL_TILE_ROWS),
+                       ceil_div(n_tok, GK_MATMUL_TILE_TOKS));
+    }
+}
+
+void GpuForward::rmsnorm(gpu::Encoder& e, gpu::Buffer& x, uint32_t x_off, gpu::Buffer& w,
+                         int64_t rows, int64_t width, gpu::Buffer& y, uint32_t y_off) {
+    gk::rmsnorm a{};
+    a.n = u32(width);
+    a.rows = u32(rows);
+    a.x_off = x_off;
+    a.y_off = y_off;
+    a.w_off = 0;
+    a.eps = float(cfg_.rms_eps);
+    e.dispatch(stamp("rmsnorm"), {&x, &w, &y}, a, u32(rows));
+}
+
+void GpuForward::eltwise(gpu::Encoder& e, const char* op, gpu::Buffer& y, uint32_t y_off,
+                         gpu::Buffer& x, uint32_t x_off, int64_t n, float s) {
+    gk::eltwise a{};
+    a.n = u32(n);
+    a.y_off = y_off;
+    a.x_off = x_off;
+    a.s = s;
+    e.dispatch(stamp(std::string("eltwise_") + op), {&y, &x}, a, grid(n, kEltwiseGroup));
+}
+
+void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos0) {
+    const ModelConfig& c = cfg_;
+    const LayerConfig& lc = c.layers[size_t(il)];
+    const DeviceLayer& l = weights_.layers[size_t(il)];
+    const uint32_t qd = u32(c.q_dim()), kd = u32(c.k_dim()), vd = u32(c.v_dim());
+
+    project(e, l.wq, *xn_, 0, u32(c.n_embd), *q_, 0, qd, n, false);
+    project(e, l.wk, *xn_, 0, u32(c.n_embd), *k_, 0, kd, n, false);
+    project(e, l.wv, *xn_, 0, u32(c.n_embd), *v_, 0, vd, n, false);
+    e.barrier();
+    if (c.qkv_bias) {
+        for (int64_t t = 0; t < n; ++t) {
+            eltwise(e, "add", *q_, u32(t) * qd, *l.bq, 0, qd, 1.0f);
+            eltwise(e, "add", *k_, u32(t) * kd, *l.bk, 0, kd, 1.0f);
+            eltwise(e, "add", *v_, u32(t) * vd, *l.bv, 0, vd, 1.0f);
+        }
+        e.barrier();
+    }
+    if (c.qk_norm) {
+        rmsnorm(e, *q_, 0, *l.q_norm, n * c.n_head, c.head_dim, *q_, 0);
+        rmsnorm(e, *k_, 0, *l.k_norm, n * c.n_head_kv, c.head_dim, *k_, 0);
+        e.barrier();
+    }
+    const RopeTab& rt = *ropes_[layer_rope_[size_t(il)]];
+    const gpu::StampInfo& rope = stamp(c.rope_layout == RopeLayout::Neox ? "rope_neox" : "rope_norm");
+    for (auto [buf, heads, stride] : {std::tuple{q_.get(), c.n_head, qd},
+                                      std::tuple{k_.get(), c.n_head_kv, kd}}) {
+        gk::rope a{};
+        a.n_tok = u32(n);
+        a.n_head = u32(heads);
+        a.head_dim = u32(c.head_dim);
+        a.n_rot = u32(c.n_rot);
+        a.x_off = 0;
+        a.x_stride = stride;
+        a.tab_off = 0;
+        e.dispatch(rope, {buf, rt.tab.get()}, a, grid(n * heads * c.n_rot / 2, kEltwiseGroup));
+    }
+    e.barrier();
+    for (auto [src, cache, width] : {std::tuple{k_.get(), kc_[size_t(il)].get(), kd},
+                                     std::tuple{v_.get(), vc_[size_t(il)].get(), vd}}) {
+        gk::kv_store a{};
+        a.n_tok = u32(n);
+        a.width = width;
+        a.src_off = 0;
+        a.src_stride = width;
+        a.dst_off = u32(pos0) * width;
+        e.dispatch(stamp("kv_store_f16"), {src, cache}, a, grid(n * width, 2 * kEltwiseGroup));
+    }
+    e.barrier();
+    gk::attention a{};
+    a.n_tok = u32(n);
+    a.n_head = u32(c.n_head);
+    a.n_head_kv = u32(c.n_head_kv);
+    a.head_dim = u32(c.head_dim);
+    a.head_dim_v = u32(c.head_dim_v);
+    a.pos0 = u32(pos0);
+    a.window = lc.sliding ? u32(c.sliding_window) : 0u;
+    a.q_off = 0;
+    a.q_stride = qd;
+    a.k_off = 0;
+    a.v_off = 0;
+    a.out_off = 0;
+    a.out_stride = u32(c.n_head * c.head_dim_v);
+    a.scale = c.attn_scale;
+    const bool decode = n <= kMatvecMaxTokens;
+    e.dispatch(stamp(decode ? "attention_decode" : "attention_prefill"),
+               {q_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get()}, a,
+               u32(c.n_head), decode ? u32(n) : ceil_div(n, kAttnPrefillRows));
+    e.barrier();
+}
+
+void GpuForward::run(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits, float* logits) {
+    for (int64_t start = 0; start < n; start += max_batch_) {
+        const int64_t len = std::min(max_batch_, n - start);
+        const bool last = start + len == n;
+        float* out = all_logits ? logits + start * cfg_.n_vocab : (last ? logits : nullptr);
+        run_chunk(ids + start, len, pos0 + start, all_logits, out);
+    }
+}
+
+void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits,
+                           float* logits) {
+    if (pos0 + n > n_ctx_)
+        throw ShapeError("GPU forward: positions up to " + std::to_string(pos0 + n) +
+                         " exceed n_ctx " + std::to_string(n_ctx_));
+    const ModelConfig& c = cfg_;
+    const uint32_t E = u32(c.n_embd);
+    gpu::Device& dev = *device_;
+    std::unique_ptr<gpu::Encoder> enc = dev.encoder();
+    gpu::Encoder& e = *enc;
+
+    // --- embedding: gathered on the device when the table is one binding, else on the host.
+    if (weights_.token_embd.splits.size() == 1) {
+        std::memcpy(ids_->mapped(), ids, size_t(n) * sizeof(int32_t));
+        gk::get_rows a{};
+        a.cols = E;
+        a.n_ids = u32(n);
+        a.ids_off = 0;
+        a.out_off = 0;
+        a.scale = c.embd_scale;
+        e.dispatch(stamp("get_rows_" + weights_.token_embd.format),
+                   {weights_.token_embd.splits[0].buffer.get(), ids_.get(), x_.get()}, a, u32(n));
+    } else {
+        gpu::Buffer& in = grow(embd_in_, size_t(max_batch_) * E * sizeof(float), "embd_in", true);
+        float* rows = static_cast<float*>(in.mapped());
+        for (int64_t t = 0; t < n; ++t) {
+            cpu::get_row(host_w_.token_embd, ids[t], rows + t * E);
+            if (c.embd_scale != 1.0f)
+                for (uint32_t i = 0; i < E; ++i) rows[t * E + i] *= c.embd_scale;
+        }
+        e.copy(in, 0, *x_, 0, size_t(n) * E * sizeof(float));
+    }
+    for (const auto& r : ropes_) {
+        gk::rope_table a{};
+        a.n_half = u32(c.n_rot / 2);
+        a.n_tok = u32(n);
+        a.pos0 = u32(pos0);
+        e.dispatch(stamp("rope_table"), {r->freqs.get(), r->tab.get()}, a,
+                   grid(n * (c.n_rot / 2), kRopeTableGroup));
+    }
+    e.barrier();
+
+    // --- layers.
+    const int64_t NE = n * c.n_embd;
+    for (int il = 0; il < int(c.n_layer); ++il) {
+        const DeviceLayer& l = weights_.layers[size_t(il)];
+        rmsnorm(e, *x_, 0, *l.attn_norm, n, c.n_embd, *xn_, 0);
+        e.barrier();
+        attention_layer(e, il, n, pos0);
+        const uint32_t attn_w = u32(c.n_head * c.head_dim_v);
+        if (c.post_norms) {
+            project(e, l.wo, *attn_, 0, attn_w, *out_, 0, E, n, false);
+            e.barrier();
+            rmsnorm(e, *out_, 0, *l.post_attn_norm, n, c.n_embd, *out_, 0);
+            e.barrier();
+            eltwise(e, "add", *x_, 0, *out_, 0, NE, 1.0f);
+        } else {
+            project(e, l.wo, *attn_, 0, attn_w, *x_, 0, E, n, true);
+        }
+        e.barrier();
+
+        rmsnorm(e, *x_, 0, *l.ffn_norm, n, c.n_embd, *xn_, 0);
+        e.barrier();
+        const uint32_t ff = u32(c.n_ff);
+        project(e, l.ffn_gate, *xn_, 0, E, *gate_, 0, ff, n, false);
+        project(e, l.ffn_up, *xn_, 0, E, *up_, 0, ff, n, false);
+        e.barrier();
+        eltwise(e, c.gelu_ffn ? "glu_gelu" : "glu_silu", *gate_, 0, *up_, 0, n * c.n_ff, 0.0f);
+        e.barrier();
+        if (c.post_norms) {
+            project(e, l.ffn_down, *gate_, 0, ff, *out_, 0, E, n, false);
+            e.barrier();
+            rmsnorm(e, *out_, 0, *l.post_ffn_norm, n, c.n_embd, *out_, 0);
+            e.barrier();
+            eltwise(e, "add", *x_, 0, *out_, 0, NE, 1.0f);
+        } else {
+            project(e, l.ffn_down, *gate_, 0, ff, *x_, 0, E, n, true);
+        }
+        e.barrier();
+    }
+
+    // --- logits.
+    if (logits) {
+        const int64_t rows = all_logits ? n : 1;
+        const uint32_t first = u32(n - rows);
+        rmsnorm(e, *x_, first * E, *weights_.output_norm, rows, c.n_embd, *xn_, 0);
+        e.barrier();
+        const size_t bytes = size_t(rows * c.n_vocab) * sizeof(float);
+        gpu::Buffer& dl = grow(logits_, bytes, "logits", false);
+        const DeviceMatrix& out_w = weights_.output.splits.empty() ? weights_.token_embd
+                                                                   : weights_.output;
+        project(e, out_w, *xn_, 0, E, dl, 0, u32(c.n_vocab), rows, false);
+        e.barrier();
+        if (c.final_logit_softcap > 0.0) {
+            eltwise(e, "softcap", dl, 0, *dummy_, 0, rows * c.n_vocab, float(c.final_logit_softcap));
+            e.barrier();
+        }
+        gpu::Buffer& hl = grow(logits_host_, bytes, "logits_host", true);
+        e.copy(dl, 0, hl, 0, bytes);
+    }
+    dev.submit(e);
+    last_dispatches_ = e.dispatches();
+    if (logits)
+        std::memcpy(logits, logits_host_->mapped(),
+                    size_t((all_logits ? n : 1) * c.n_vocab) * sizeof(float));
+}
+
+void GpuForward::read_kv(int layer, int64_t pos0, int64_t n, std::vector<float>& k,
+                         std::vector<float>& v) {
+    for (auto [cache, width, out] : {std::tuple{kc_[size_t(layer)].get(), cfg_.k_dim(), &k},
+                                     std::tuple{vc_[size_t(layer)].get(), cfg_.v_dim(), &v}}) {
+        std::vector<uint16_t> halves(size_t(n * width));
+        device_->download(*cache, size_t(pos0 * width) * 2, halves.data(), halves.size() * 2);
+        out->resize(halves.size());
+        f16_traits().dequantize(reinterpret_cast<const uint8_t*>(halves.data()), out->data(),
+                                int64_t(halves.size()));
+    }
+}
+
+void GpuForward::write_kv(int layer, int64_t pos0, int64_t n, const float* k, const float* v) {
+    for (auto [cache, width, src] : {std::tuple{kc_[size_t(layer)].get(), cfg_.k_dim(), k},
+                                     std::tuple{vc_[size_t(layer)].get(), cfg_.v_dim(), v}}) {
+        std::vector<uint16_t> halves(size_t(n * width));
+        f16_traits().quantize(src, reinterpret_cast<uint8_t*>(halves.data()), int64_t(halves.size()));
+        device_->upload(*cache, size_t(pos0 * width) * 2, halves.data(), halves.size() * 2);
+    }
+}
+
+}  // namespace dasllama

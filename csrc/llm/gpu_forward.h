@@ -1,0 +1,67 @@
+// The forward pass of a dense text model resident on a GPU: weights uploaded once, the K/V
+// cache on the device (f16), and each call recorded as one command buffer of all layers,
+// submitted once. Same architecture rules as llm/forward.cpp (llama, qwen2, qwen3, gemma3);
+// every kernel is a stamp of shaders/kernels.
+//
+// The device cache may run ahead of the host cache: read_kv()/write_kv() move rows between
+// them, so the model can hand work to the CPU (or back) at any position.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gpu/device.h"
+#include "llm/gpu_weights.h"
+#include "llm/model_config.h"
+
+namespace dasllama {
+
+class GpuForward {
+public:
+    // Throws DeviceError (memory included) when the weights or buffers cannot be placed.
+    GpuForward(const ModelConfig& cfg, const ModelWeights& w, std::shared_ptr<gpu::Device> device,
+               int64_t n_ctx, int64_t max_batch);
+    ~GpuForward();
+
+    // Runs ids at positions pos0.. (the device cache must hold [0, pos0)) and writes logits as
+    // Forward::run does: n x n_vocab when all_logits, else the last row's n_vocab.
+    void run(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits, float* logits);
+
+    // Rows [pos0, pos0 + n) of one layer as float32, [n][n_head_kv * head_dim(_v)].
+    void read_kv(int layer, int64_t pos0, int64_t n, std::vector<float>& k, std::vector<float>& v);
+    void write_kv(int layer, int64_t pos0, int64_t n, const float* k, const float* v);
+
+    gpu::Device& device() { return *device_; }
+    uint64_t last_dispatches() const { return last_dispatches_; }
+    uint64_t weight_bytes() const { return weights_.bytes; }
+
+private:
+    struct RopeTab;
+    void run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits, float* logits);
+    void project(gpu::Encoder& e, const DeviceMatrix& m, gpu::Buffer& x, uint32_t x_off,
+                 uint32_t x_stride, gpu::Buffer& y, uint32_t y_off, uint32_t y_stride,
+                 int64_t n_tok, bool accumulate);
+    void rmsnorm(gpu::Encoder& e, gpu::Buffer& x, uint32_t x_off, gpu::Buffer& w, int64_t rows,
+                 int64_t width, gpu::Buffer& y, uint32_t y_off);
+    void eltwise(gpu::Encoder& e, const char* op, gpu::Buffer& y, uint32_t y_off, gpu::Buffer& x,
+                 uint32_t x_off, int64_t n, float s);
+    void attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos0);
+    const gpu::StampInfo& stamp(const std::string& name) const;
+    gpu::Buffer& grow(std::unique_ptr<gpu::Buffer>& buf, size_t bytes, const char* label, bool host);
+
+    const ModelConfig& cfg_;
+    const ModelWeights& host_w_;
+    std::shared_ptr<gpu::Device> device_;
+    int64_t n_ctx_, max_batch_;
+    DeviceWeights weights_;
+    std::vector<std::unique_ptr<RopeTab>> ropes_;
+    std::vector<size_t> layer_rope_;  // index into ropes_ per layer
+    std::unique_ptr<gpu::Buffer> x_, xn_, q_, k_, v_, attn_, out_, gate_, up_, logits_;
+    std::unique_ptr<gpu::Buffer> ids_, embd_in_, logits_host_, dummy_;
+    std::vector<std::unique_ptr<gpu::Buffer>> kc_, vc_;
+    bool coopmat_ = false;
+    uint64_t last_dispatches_ = 0;
+};
+
+}  // namespace dasllama

@@ -1,0 +1,156 @@
+// Decode-time matrix-vector product against a GGUF weight matrix, for a few token rows:
+//   y[y_off + t*y_stride + r] (= or +=) sum_k W[r, k] * x[x_off + t*x_stride + k]
+// for r < rows, t < n_tok (at most GK_MATVEC_MAX_TOK). W is `rows` rows of `cols` columns in
+// raw GGUF blocks (row r at byte r * row_bytes); accumulate != 0 adds to y (the residual add).
+// One stamp per format (GK_FMT_<NAME>, see gk/formats.h).
+//
+// Dispatch: gx = ceil(rows / GK_MATVEC_ROWS), gy = gz = 1.
+// A workgroup owns GK_MATVEC_ROWS rows and walks them in chunks of GK_MATVEC_CHUNK columns. Per
+// chunk it first copies x into workgroup memory (consecutive threads, consecutive words: one
+// coalesced read), then each thread decodes its 16-element unit of each row in registers and
+// multiplies it with x from workgroup memory. Block formats give thread i unit i of the chunk
+// (a unit's bytes are contiguous, and neighbouring threads read neighbouring bytes); F32 and F16
+// give thread i the words i, i + WG, i + 2 WG, ... of the chunk, so every load instruction reads
+// consecutive words. Partial sums are reduced per subgroup, then across subgroups through
+// workgroup memory. Token rows are taken one after the other: decode (n_tok = 1) is memory bound
+// and reads each weight byte once; a further token row reads the workgroup's rows again, mostly
+// from cache. (Holding all tokens' sums at once, 4 x 8 registers, made lavapipe's compile of each
+// stamp several seconds long.)
+#include "../gk/gk.h"
+
+// Rows per workgroup: the host mirrors it (kMatvecRows) to size the dispatch.
+#define GK_MATVEC_ROWS 4u
+#define GK_MATVEC_MAX_TOK 8u
+#define GK_WG 128
+#define GK_MATVEC_CHUNK (GK_WG * GK_UNIT)
+// x in workgroup memory, one pad word after every 16 so that a thread reading its own unit's 16
+// values (stride 17 between threads) hits distinct banks.
+#define GK_XS(e) ((e) + ((e) >> 4u))
+
+#define GK_BUFFERS(B) B(0, ro, uint, w) B(1, ro, float, x) B(2, rw, float, y)
+#define GK_ARGS(A) A(uint, rows) A(uint, cols) A(uint, n_tok) A(uint, x_off) A(uint, x_stride) \
+                   A(uint, y_off) A(uint, y_stride) A(uint, accumulate)
+#define GK_SHARED(S) S(float, xs, GK_MATVEC_CHUNK + GK_MATVEC_CHUNK / 16u) \
+                     S(float, part, (GK_WG / GK_MIN_SUBGROUP) * GK_MATVEC_ROWS)
+
+// Elements per 16-byte load of F32 / F16 rows.
+#if defined(GK_FMT_F32)
+#define GK_WIDE_ELEMS 4u
+#else
+#define GK_WIDE_ELEMS 8u
+#endif
+
+#ifdef GK_BODY
+GK_WIDE_VIEW_DECL(0, w4)
+GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
+{
+    GK_WIDE_VIEW_OPEN(w4, w)
+    uint tid = GK_LOCAL_ID;
+    uint row0 = GK_GROUP_ID.x * GK_MATVEC_ROWS;
+    uint n_tok = gk_min(args.n_tok, GK_MATVEC_MAX_TOK);
+    uint row_bytes = GK_FMT_ROW_BYTES(args.cols);
+    uint n_units = GK_FMT_UNITS(args.cols);
+
+    for (uint t = 0u; t < n_tok; ++t) {
+        uint xt = args.x_off + t * args.x_stride;
+        float acc[GK_MATVEC_ROWS];
+        GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) acc[r] = 0.0f;
+        for (uint c0 = 0u; c0 < args.cols; c0 += GK_MATVEC_CHUNK) {
+            GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) {
+                uint e = tid + j * GK_WG;
+                xs[GK_XS(e)] = c0 + e < args.cols ? x[xt + c0 + e] : 0.0f;
+            }
+            GK_BARRIER();
+#if defined(GK_FMT_F32) || defined(GK_FMT_F16)
+            GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) {
+                if (row0 + r < args.rows) {
+                    float s = 0.0f;
+                    uint re = (row0 + r) * args.cols + c0;   // the chunk's first element
+                    if ((args.cols & (GK_WIDE_ELEMS - 1u)) == 0u) {
+                        // Rows start 16-byte aligned: one 16-byte load per GK_WIDE_ELEMS columns.
+                        GK_UNROLL for (uint j = 0u; j < GK_UNIT / GK_WIDE_ELEMS; ++j) {
+                            uint g = tid + j * GK_WG;
+                            uint e = g * GK_WIDE_ELEMS;
+                            if (c0 + e < args.cols) {
+                                uint4 q = w4[re / GK_WIDE_ELEMS + g];
+#if defined(GK_FMT_F32)
+                                s = gk_fma(gk_bits_to_float(q.x), xs[GK_XS(e)], s);
+                                s = gk_fma(gk_bits_to_float(q.y), xs[GK_XS(e + 1u)], s);
+                                s = gk_fma(gk_bits_to_float(q.z), xs[GK_XS(e + 2u)], s);
+                                s = gk_fma(gk_bits_to_float(q.w), xs[GK_XS(e + 3u)], s);
+#else
+                                float2 h0 = gk_unpack_half2(q.x);
+                                float2 h1 = gk_unpack_half2(q.y);
+                                float2 h2 = gk_unpack_half2(q.z);
+                                float2 h3 = gk_unpack_half2(q.w);
+                                s = gk_fma(h0.x, xs[GK_XS(e)], s);
+                                s = gk_fma(h0.y, xs[GK_XS(e + 1u)], s);
+                                s = gk_fma(h1.x, xs[GK_XS(e + 2u)], s);
+                                s = gk_fma(h1.y, xs[GK_XS(e + 3u)], s);
+                                s = gk_fma(h2.x, xs[GK_XS(e + 4u)], s);
+                                s = gk_fma(h2.y, xs[GK_XS(e + 5u)], s);
+                                s = gk_fma(h3.x, xs[GK_XS(e + 6u)], s);
+                                s = gk_fma(h3.y, xs[GK_XS(e + 7u)], s);
+#endif
+                            }
+                        }
+                    } else {
+                        // Any width: one element per load, consecutive threads on consecutive
+                        // columns.
+                        GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) {
+                            uint e = tid + j * GK_WG;
+                            if (c0 + e < args.cols) {
+#if defined(GK_FMT_F32)
+                                s = gk_fma(gk_bits_to_float(w[re + e]), xs[GK_XS(e)], s);
+#else
+                                s = gk_fma(GK_F16_A2(w, (re + e) * 2u), xs[GK_XS(e)], s);
+#endif
+                            }
+                        }
+                    }
+                    acc[r] += s;
+                }
+            }
+#else
+            uint u = c0 / GK_UNIT + tid;
+            if (u < n_units) {
+                float xv[16];
+                GK_UNROLL for (uint i = 0u; i < 16u; ++i) xv[i] = xs[GK_XS(tid * GK_UNIT + i)];
+                GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) {
+                    if (row0 + r < args.rows) {
+                        float wv[16];
+                        uint blk_b = GK_FMT_UNIT_BLOCK_BYTE((row0 + r) * row_bytes, u);
+#if defined(GK_FMT_HAS_WIDE)
+                        GK_DECODE16_WIDE(wv, w4, blk_b, GK_FMT_UNIT_PART(u))
+#else
+                        GK_DECODE16(wv, w, blk_b, GK_FMT_UNIT_PART(u), 16u)
+#endif
+                        float s = 0.0f;
+                        GK_UNROLL for (uint i = 0u; i < 16u; ++i) s = gk_fma(wv[i], xv[i], s);
+                        acc[r] += s;
+                    }
+                }
+            }
+#endif
+            // xs is written again by the next chunk.
+            GK_BARRIER();
+        }
+        // Per-subgroup sums into part[subgroup * ROWS + r], then thread r adds the subgroups
+        // in order. Rows past `rows` hold zeros and are reduced anyway: the code stays uniform.
+        GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) {
+            float v = gk_subgroup_add(acc[r]);
+            if (GK_LANE == 0u) part[GK_SUBGROUP_ID * GK_MATVEC_ROWS + r] = v;
+        }
+        GK_BARRIER();
+        if (tid < GK_MATVEC_ROWS && row0 + tid < args.rows) {
+            float sum = 0.0f;
+            for (uint sg = 0u; sg < GK_NUM_SUBGROUPS; ++sg) sum += part[sg * GK_MATVEC_ROWS + tid];
+            uint yi = args.y_off + t * args.y_stride + row0 + tid;
+            y[yi] = args.accumulate != 0u ? y[yi] + sum : sum;
+        }
+        // part is written again by the next token row.
+        GK_BARRIER();
+    }
+}
+GK_KERNEL_END
+#endif
