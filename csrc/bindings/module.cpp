@@ -11,4 +11,5 @@ PYBIND11_MODULE(_core, m) {
     dasllama::bindings::bind_sampler(m);
     dasllama::bindings::bind_tuning(m);
     dasllama::bindings::bind_gpu(m);
+    dasllama::bindings::bind_tts(m);
 }

@@ -14,9 +14,10 @@ from . import errors, formats, gguf, models
 from ._core import cpu_features as _cpu_features
 from .errors import DasllamaError
 from .llm import LLM
+from .tts import TTS
 
 __version__ = "0.1.0"
-__all__ = ["errors", "formats", "gguf", "models", "cpu_features", "DasllamaError", "LLM",
+__all__ = ["errors", "formats", "gguf", "models", "cpu_features", "DasllamaError", "LLM", "TTS",
            "__version__"]
 
 

@@ -12,6 +12,7 @@ from .errors import DasllamaError
 from .bench.cli import _add_bench_parser
 from .convert.cli import add_convert_parser
 from .gpu import add_devices_parser
+from .tts import add_speak_parser
 from .llm import DEFAULT_MODEL, LLM
 
 _TOKENIZER_KINDS = {"gpt2": "byte-level BPE", "llama": "SentencePiece", "bert": "WordPiece",
@@ -235,6 +236,7 @@ def main(argv=None) -> int:
     _add_bench_parser(sub)
     add_convert_parser(sub)
     add_devices_parser(sub)
+    add_speak_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

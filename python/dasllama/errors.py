@@ -5,7 +5,7 @@ so code that already catches ``ValueError`` keeps working.
 """
 
 __all__ = ["DasllamaError", "GGUFError", "FormatError", "ShapeError", "DeviceError",
-           "ModelNotFoundError", "ConvertError"]
+           "ModelNotFoundError", "ConvertError", "TTSInputError"]
 
 
 class DasllamaError(Exception):
@@ -35,3 +35,7 @@ class ModelNotFoundError(DasllamaError, FileNotFoundError):
 class ConvertError(DasllamaError, ValueError):
     """A checkpoint cannot be converted: a tensor is missing, misshapen or unexpected, a file is
     malformed, or an option is out of range. The message names the tensor, file or option."""
+
+
+class TTSInputError(DasllamaError, ValueError):
+    """Text or a voice a speech model cannot speak: the message says what is accepted."""

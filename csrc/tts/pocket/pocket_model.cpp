@@ -1,0 +1,297 @@
+#include "tts/pocket/pocket_model.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "core/errors.h"
+#include "core/gguf.h"
+#include "core/thread_pool.h"
+#include "tts/pocket/backbone.h"
+#include "tts/pocket/flow_head.h"
+#include "tts/pocket/mimi_decoder.h"
+#include "tts/pocket/voice_encoder.h"
+#include "tts/pocket/weights.h"
+
+namespace dasllama::pocket {
+
+PocketModel::PocketModel(const std::string& path, int n_threads) {
+    file_ = GGUFFile::open(path);
+    cfg_ = read_pocket_config(*file_);
+    weights_ = std::make_unique<PocketWeights>(load_pocket_weights(file_, cfg_));
+    pool_ = std::make_unique<ThreadPool>(n_threads);
+    backbone_ = std::make_unique<Backbone>(cfg_, *weights_, pool_->size());
+    flow_ = std::make_unique<FlowHead>(cfg_, *weights_);
+    decoder_ = std::make_unique<MimiDecoder>(cfg_, *weights_, pool_->size());
+    noise_.seed(0);
+}
+
+PocketModel::~PocketModel() = default;
+
+void PocketModel::check_open() const {
+    if (!weights_) throw Error("pocket: the model is closed");
+}
+
+int PocketModel::n_threads() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    return pool_->size();
+}
+
+void PocketModel::set_precision(const std::string& precision) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    if (precision == "fast") backbone_->set_precision(cpu::Precision::kFast);
+    else if (precision == "f32") backbone_->set_precision(cpu::Precision::kF32);
+    else throw std::invalid_argument("precision must be 'fast' or 'f32', got '" + precision + "'");
+}
+
+std::string PocketModel::precision() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    return backbone_->precision() == cpu::Precision::kFast ? "fast" : "f32";
+}
+
+void PocketModel::seed_noise(uint64_t seed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    noise_.seed(seed);
+}
+
+void PocketModel::set_noise_rows(std::vector<float> rows) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (rows.size() % size_t(cfg_.latent_dim))
+        throw ShapeError("pocket: noise of " + std::to_string(rows.size()) +
+                         " values is not rows of latent_dim " + std::to_string(cfg_.latent_dim));
+    noise_.set_rows(std::move(rows), cfg_.latent_dim);
+}
+
+// =============================================================================================
+// Voices
+// =============================================================================================
+
+std::vector<float> PocketModel::encode_voice(const float* audio, int64_t n, int64_t* n_rows) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    return pocket::encode_voice(cfg_, *weights_, audio, n, *pool_, n_rows);
+}
+
+void PocketModel::add_voice(const std::string& name, const float* rows, int64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    if (name.empty()) throw std::invalid_argument("pocket: a voice needs a name");
+    if (n <= 0) throw std::invalid_argument("pocket: voice '" + name + "' has no rows");
+    Voice v;
+    // Room for the voice and one chunk of the usual size; grows when a chunk needs more.
+    backbone_->ensure_capacity(v.state, n + cfg_.chunk_tokens + cfg_.frames_cap(cfg_.chunk_tokens));
+    backbone_->prompt(*v.state, rows, n, *pool_);
+    v.n_rows = n;
+    if (voice_ == name) done_ = true;  // a chunk in progress with the old rows ends
+    voices_[name] = std::move(v);
+}
+
+void PocketModel::remove_voice(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (voices_.erase(name) == 0)
+        throw std::invalid_argument("pocket: no voice named '" + name + "'");
+    if (voice_ == name) done_ = true;
+}
+
+std::vector<std::string> PocketModel::voices() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> out;
+    for (const auto& kv : voices_) out.push_back(kv.first);
+    return out;
+}
+
+int64_t PocketModel::voice_rows(const std::string& name) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = voices_.find(name);
+    if (it == voices_.end()) throw std::invalid_argument("pocket: no voice named '" + name + "'");
+    return it->second.n_rows;
+}
+
+// =============================================================================================
+// The frame loop
+// =============================================================================================
+
+KVCache& PocketModel::chunk_state() {
+    if (voice_.empty()) return *plain_state_;
+    return *voices_.at(voice_).state;
+}
+
+void PocketModel::begin_chunk(const int32_t* ids, int64_t n, const std::string& voice,
+                              const ChunkParams& p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    if (n <= 0) throw std::invalid_argument("pocket: a chunk needs at least one token");
+    std::unique_ptr<KVCache>* state = &plain_state_;
+    int64_t keep = 0;
+    if (!voice.empty()) {
+        auto it = voices_.find(voice);
+        if (it == voices_.end()) {
+            std::string known;
+            for (const auto& kv : voices_) known += (known.empty() ? "'" : ", '") + kv.first + "'";
+            throw std::invalid_argument("pocket: no voice named '" + voice + "'; known voices: " +
+                                        (known.empty() ? "none" : known));
+        }
+        state = &it->second.state;
+        keep = it->second.n_rows;
+    }
+    const std::vector<float> rows = [&] {
+        std::vector<float> r(size_t(n * cfg_.lm.d_model));
+        backbone_->text_rows(ids, n, r.data(), *pool_);
+        return r;
+    }();
+    const int64_t cap = cfg_.frames_cap(n);
+    // Forget the previous chunk: the state's fill length goes back to the voice's rows.
+    if (*state) (*state)->truncate(keep);
+    backbone_->ensure_capacity(*state, keep + n + cap);
+    backbone_->prompt(**state, rows.data(), n, *pool_);
+
+    voice_ = voice;
+    params_ = p;
+    decoder_->reset();
+    done_ = false;
+    frame_ = 0;
+    faded_ = 0;
+    latent_.clear();
+    record_ = ChunkRecord();
+    record_.frames_cap = cap;
+}
+
+int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    if (done_) return 0;  // also when no chunk was begun, or its voice was replaced
+    const int64_t L = cfg_.latent_dim, Z = cfg_.cond_dim();
+    KVCache& state = chunk_state();
+    std::vector<float> batch;  // this call's latents, normalized
+    int64_t made = 0;
+    cond_.resize(size_t(Z));
+    eps_.resize(size_t(L));
+    while (!done_ && made < max_frames) {
+        const int64_t g = frame_;
+        const int64_t after = params_.frames_after_eos;
+        if (g >= record_.frames_cap || (record_.eos_frame >= 0 && g >= record_.eos_frame + after)) {
+            done_ = true;
+            break;
+        }
+        backbone_->frame_step(state, latent_.empty() ? nullptr : latent_.data(), cond_.data(),
+                              *pool_);
+        const float logit = backbone_->eos_logit(cond_.data());
+        if (logit > params_.eos_threshold && record_.eos_frame < 0 &&
+            g >= cfg_.min_frames_before_eos)
+            record_.eos_frame = g;
+        if (record_.eos_frame >= 0 && g >= record_.eos_frame + after) {
+            done_ = true;
+            break;
+        }
+        const bool noisy = params_.temperature > 0.0f;
+        if (noisy) noise_.next(eps_.data(), L);
+        latent_.resize(size_t(L));
+        flow_->run(cond_.data(), noisy ? eps_.data() : nullptr, params_.temperature,
+                   params_.lsd_steps, latent_.data(), *pool_);
+        record_.conditioning.insert(record_.conditioning.end(), cond_.begin(), cond_.end());
+        record_.eos_logits.push_back(logit);
+        record_.latents.insert(record_.latents.end(), latent_.begin(), latent_.end());
+        batch.insert(batch.end(), latent_.begin(), latent_.end());
+        ++frame_;
+        ++made;
+    }
+    if (made == 0) return 0;
+    const std::vector<float> mimi_in = denormalize(batch.data(), made);
+    const size_t start = audio.size();
+    decoder_->decode(mimi_in.data(), made, audio, *pool_);
+    // The package fades each chunk in over its first sample_rate / 200 samples
+    // (linspace(0, 1, n): the first sample is silenced, the n-th kept whole).
+    const int64_t fade = cfg_.sample_rate / 200;
+    for (size_t i = start; i < audio.size() && faded_ < fade; ++i, ++faded_)
+        audio[i] *= fade > 1 ? float(double(faded_) / double(fade - 1)) : 1.0f;
+    return made;
+}
+
+// =============================================================================================
+// Stages
+// =============================================================================================
+
+std::vector<float> PocketModel::text_rows(const int32_t* ids, int64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    std::vector<float> rows(size_t(n * cfg_.lm.d_model));
+    backbone_->text_rows(ids, n, rows.data(), *pool_);
+    return rows;
+}
+
+std::unique_ptr<KVCache> PocketModel::new_state(int64_t n_ctx) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    return backbone_->new_state(n_ctx);
+}
+
+void PocketModel::prompt(KVCache& state, const float* rows, int64_t n, bool full_last_layer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    backbone_->prompt(state, rows, n, *pool_, full_last_layer);
+}
+
+std::vector<float> PocketModel::frame_step(KVCache& state, const float* latent) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    std::vector<float> cond(size_t(cfg_.cond_dim()));
+    backbone_->frame_step(state, latent, cond.data(), *pool_);
+    return cond;
+}
+
+float PocketModel::eos_logit(const float* cond) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    return backbone_->eos_logit(cond);
+}
+
+std::vector<float> PocketModel::flow_head(const float* cond, const float* eps, float temperature,
+                                          int64_t steps) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    std::vector<float> latent(size_t(cfg_.latent_dim));
+    flow_->run(cond, eps, temperature, steps, latent.data(), *pool_);
+    return latent;
+}
+
+std::vector<float> PocketModel::mimi_decode(const float* latents,
+                                            const std::vector<int64_t>& sizes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    decoder_->reset();
+    done_ = true;  // the decoder is shared with the frame loop
+    std::vector<float> audio;
+    int64_t at = 0;
+    for (int64_t n : sizes) {
+        decoder_->decode(latents + at * cfg_.latent_dim, n, audio, *pool_);
+        at += n;
+    }
+    return audio;
+}
+
+std::vector<float> PocketModel::denormalize(const float* latents, int64_t n) const {
+    const int64_t L = cfg_.latent_dim;
+    std::vector<float> out(size_t(n * L));
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t i = 0; i < L; ++i)
+            out[size_t(t * L + i)] = latents[t * L + i] * weights_->latent_std[size_t(i)] +
+                                     weights_->latent_mean[size_t(i)];
+    return out;
+}
+
+void PocketModel::close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    decoder_.reset();
+    flow_.reset();
+    backbone_.reset();
+    voices_.clear();
+    plain_state_.reset();
+    weights_.reset();
+    pool_.reset();
+    file_.reset();
+    done_ = true;
+}
+
+}  // namespace dasllama::pocket

@@ -1,0 +1,144 @@
+// Pocket TTS on the CPU: the file, the weights, the three stages and the frame loop.
+//
+// Text comes in as token ids of one chunk (the caller normalizes, chunks and tokenizes the
+// text with the file's tokenizer: the Python package does so with `tokenizers`). Per chunk:
+//
+//   begin_chunk: the voice's state (its K/V rows, a prefix kept across calls) or an empty one;
+//                the chunk's text rows appended through the prompt stage; a fresh decoder.
+//   step:        up to n frames: backbone step on the previous latent, EOS logit, flow head
+//                on this frame's noise; the frames de-normalized and decoded by Mimi. The
+//                first samples of a chunk are faded in over sample_rate / 200 samples.
+//
+// The EOS rule (the package's): the first frame g >= min_frames_before_eos whose EOS logit
+// exceeds the threshold is the EOS frame; frames_after_eos more frames follow, then the chunk
+// ends. It also ends at the length cap, PocketConfig::frames_cap(tokens).
+//
+// Voices: add_voice(name, rows) runs a voice's prompt rows ([n, D]: bos_voice and the
+// speaker-projected Mimi latents) into a state of its own. A chunk spoken with it appends
+// after those rows; the next chunk truncates the state back to them (nothing is copied).
+//
+// One thread at a time: calls are serialized by a lock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cpu/matmul.h"
+#include "llm/kv_cache.h"
+#include "tts/pocket/config.h"
+#include "tts/pocket/noise.h"
+
+namespace dasllama {
+class GGUFFile;
+class ThreadPool;
+}  // namespace dasllama
+
+namespace dasllama::pocket {
+
+class Backbone;
+class FlowHead;
+class MimiDecoder;
+struct PocketWeights;
+
+struct ChunkParams {
+    float temperature = 0.3f;
+    float eos_threshold = -4.0f;
+    int64_t frames_after_eos = 0;
+    int64_t lsd_steps = 0;          // <= 0: the file's
+};
+
+// What a chunk produced so far, for tests (per generated frame).
+struct ChunkRecord {
+    std::vector<float> conditioning;  // [frames, Z]
+    std::vector<float> eos_logits;    // [frames]
+    std::vector<float> latents;       // [frames, L], normalized (as the backbone reads them)
+    int64_t eos_frame = -1;
+    int64_t frames_cap = 0;
+};
+
+class PocketModel {
+public:
+    PocketModel(const std::string& path, int n_threads = 0);
+    ~PocketModel();
+    PocketModel(const PocketModel&) = delete;
+    PocketModel& operator=(const PocketModel&) = delete;
+
+    const PocketConfig& config() const { return cfg_; }
+    int n_threads() const;
+    void set_precision(const std::string& precision);  // "fast" | "f32"
+    std::string precision() const;
+
+    // --- noise -----------------------------------------------------------------------------
+    void seed_noise(uint64_t seed);
+    void set_noise_rows(std::vector<float> rows);  // [n, L]
+
+    // --- voices ----------------------------------------------------------------------------
+    // Audio (mono, at the model's sample rate) -> the voice's prompt rows [n_rows, D]
+    // (csrc/tts/pocket/voice_encoder.h).
+    std::vector<float> encode_voice(const float* audio, int64_t n, int64_t* n_rows);
+    void add_voice(const std::string& name, const float* rows, int64_t n);
+    void remove_voice(const std::string& name);
+    std::vector<std::string> voices() const;
+    int64_t voice_rows(const std::string& name) const;
+
+    // --- the frame loop --------------------------------------------------------------------
+    // voice "" is none. Throws std::invalid_argument for an unknown voice (listing the known
+    // ones) or no tokens, ShapeError for a token id out of range.
+    void begin_chunk(const int32_t* ids, int64_t n, const std::string& voice,
+                     const ChunkParams& p);
+    // Up to max_frames more frames; their audio is appended to `audio`. Returns the number of
+    // frames generated; 0 when the chunk is done.
+    int64_t step(int64_t max_frames, std::vector<float>& audio);
+    bool chunk_done() const { return done_; }
+    const ChunkRecord& record() const { return record_; }
+
+    // --- stages, for tests -----------------------------------------------------------------
+    std::vector<float> text_rows(const int32_t* ids, int64_t n);
+    std::unique_ptr<KVCache> new_state(int64_t n_ctx) const;
+    void prompt(KVCache& state, const float* rows, int64_t n, bool full_last_layer);
+    std::vector<float> frame_step(KVCache& state, const float* latent);  // nullptr: lm.bos
+    float eos_logit(const float* cond);
+    std::vector<float> flow_head(const float* cond, const float* eps, float temperature,
+                                 int64_t steps);
+    // A fresh decoder, then each piece of `sizes` frames decoded in turn.
+    std::vector<float> mimi_decode(const float* latents, const std::vector<int64_t>& sizes);
+    std::vector<float> denormalize(const float* latents, int64_t n) const;
+
+    void close();
+    bool closed() const { return weights_ == nullptr; }
+
+private:
+    void check_open() const;
+    KVCache& chunk_state();
+
+    mutable std::mutex mu_;
+    PocketConfig cfg_;
+    std::shared_ptr<GGUFFile> file_;
+    std::unique_ptr<PocketWeights> weights_;
+    std::unique_ptr<ThreadPool> pool_;
+    std::unique_ptr<Backbone> backbone_;
+    std::unique_ptr<FlowHead> flow_;
+    std::unique_ptr<MimiDecoder> decoder_;
+    NoiseSource noise_;
+
+    struct Voice {
+        std::unique_ptr<KVCache> state;
+        int64_t n_rows = 0;
+    };
+    std::map<std::string, Voice> voices_;
+    std::unique_ptr<KVCache> plain_state_;   // the state of a chunk without a voice
+
+    // the chunk in progress
+    std::string voice_;
+    ChunkParams params_;
+    bool done_ = true;
+    int64_t frame_ = 0, faded_ = 0;
+    std::vector<float> latent_, cond_, eps_;
+    ChunkRecord record_;
+};
+
+}  // namespace dasllama::pocket

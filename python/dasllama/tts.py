@@ -1,0 +1,358 @@
+"""Text to speech with Pocket TTS (Kyutai): the TTS class and the ``dasllama speak`` command.
+
+::
+
+    import dasllama
+    with dasllama.TTS("pocket.gguf", device="cpu") as tts:
+        audio, sr = tts.speak("Hello world.", temperature=0.3, seed=0)   # float32, mono
+        tts.save_wav("hello.wav", audio)
+        for piece in tts.stream("A longer text, spoken as it is generated."):
+            play(piece)                                                  # float32 chunks
+        print(tts.stats)    # audio_seconds, wall_seconds, first_audio_ms, ...
+
+The model is a GGUF written by :mod:`dasllama.convert.pocket`. The C++ core runs the three
+stages (the prompt through the FlowLM backbone, the frame loop of backbone step, EOS head and
+flow head, and the streaming Mimi decoder); see csrc/tts/pocket/pocket_model.h.
+
+Text handling stays in Python: the text is normalized and cut into chunks of at most
+``pocket.chunk_tokens`` tokens as the pocket-tts package does (the rules are in
+:mod:`dasllama.reference.pocket_text`, shared with the reference chain), and tokenized with
+the tokenizer stored in the file by the ``tokenizers`` package (``pip install
+dasllama[tts]``). The C++ core takes the token ids of one chunk at a time.
+
+Noise: each frame's latent starts from sqrt(temperature) times a row of standard normals
+drawn in C++ by a generator seeded with ``seed`` (xoshiro256** and Box-Muller, specified in
+csrc/tts/pocket/noise.h), so a fixed seed gives the same audio on every machine. seed None
+draws a fresh seed (``stats["seed"]`` says which). Temperature 0 uses no noise and is
+deterministic.
+
+A TTS object is not thread-safe: use one per thread. Long calls release the GIL; a stream
+returns to Python after every few frames, so Ctrl-C stops it promptly.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+import wave
+from pathlib import Path
+from typing import Iterator, Optional, Union
+
+import numpy as np
+
+from . import _core, gguf, models
+from .errors import DasllamaError, TTSInputError
+
+__all__ = ["TTS", "TTSInputError", "add_speak_parser", "DEVICES"]
+
+DEVICES = ("cpu",)           # devices this release runs Pocket TTS on
+_FIRST_STEP_FRAMES = 1       # a stream's first piece: one frame (80 ms), for a quick start
+_STEP_FRAMES = 6             # later pieces: frames decoded per call (about half a second)
+_VOICE_FORMAT = "dasllama-pocket-voice"
+_VOICE_VERSION = 1
+
+
+def _tokenizer_unk_id(tok) -> Optional[int]:
+    """The id the tokenizer gives characters it does not know (None: it has none)."""
+    if tok.kind == "tokenizers":
+        unk = getattr(tok._tok.model, "unk_token", None)
+        return tok._tok.token_to_id(unk) if unk else None
+    return tok._sp.unk_id()
+
+
+class TTS:
+    """A Pocket TTS model on the CPU.
+
+    model: a path to a Pocket TTS GGUF (or a name :func:`dasllama.models.find` knows).
+    device: "cpu" (the only one so far). n_threads: 0 uses the physical cores. precision:
+    "f32" (float32 activations everywhere, the default) or "fast" (8-bit activations in the
+    backbone's quantized matrices)."""
+
+    def __init__(self, model: Union[str, os.PathLike], device: str = "cpu", n_threads: int = 0,
+                 precision: str = "f32"):
+        if device not in DEVICES:
+            raise TTSInputError(f"device {device!r}: Pocket TTS runs on {', '.join(DEVICES)}")
+        from .reference.pocket import read_config
+        from .reference.pocket_text import TextRules, Tokenizer
+
+        self.path = models.find(model)
+        with gguf.open(self.path) as f:
+            self.config = read_config(f.metadata, str(self.path))
+        try:
+            self._tokenizer = Tokenizer(*self.config["tokenizer"])
+        except ImportError as e:
+            raise DasllamaError(f"{self.path}: reading its {self.config['tokenizer'][0]} "
+                                f"tokenizer needs that package (pip install dasllama[tts]): "
+                                f"{e}") from None
+        t = self.config["text"]
+        self._rules = TextRules(
+            pad_with_spaces=t["pad_with_spaces"], remove_semicolons=t["remove_semicolons"],
+            append_terminal_punctuation=t["append_terminal_punctuation"],
+            capitalize_first_letter=t["capitalize_first_letter"],
+            replace=dict(zip(t["replace_from"], t["replace_to"])))
+        self._unk = _tokenizer_unk_id(self._tokenizer)
+        self.model = _core.PocketModel(str(self.path), n_threads)
+        self.model.set_precision(precision)
+        self.device = device
+        self.sample_rate = int(self.config["sample_rate"])
+        self.stats: dict = {}
+        self._voice_rows: dict[str, np.ndarray] = {}
+
+    # -----------------------------------------------------------------------------------------
+    # Lifetime
+    # -----------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Releases the weights and the file mapping; later calls raise."""
+        self.model.close()
+
+    def __enter__(self) -> "TTS":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -----------------------------------------------------------------------------------------
+    # Text
+    # -----------------------------------------------------------------------------------------
+
+    def _alphabet(self) -> str:
+        """The characters the tokenizer has single tokens for (for error messages)."""
+        chars = set()
+        if self._tokenizer.kind == "tokenizers":
+            for token in self._tokenizer._tok.get_vocab():
+                chars.update(token.replace("\u2581", " "))
+        else:
+            sp = self._tokenizer._sp
+            for i in range(sp.vocab_size()):
+                chars.update(sp.id_to_piece(i).replace("\u2581", " "))
+        return "".join(sorted(c for c in chars if c.isprintable()))
+
+    def plan(self, text: str) -> list[tuple[str, list[int], int]]:
+        """(prepared chunk text, its token ids, frames after EOS) for each chunk of ``text``.
+        Raises TTSInputError for empty text or characters the tokenizer cannot encode."""
+        from .reference.pocket_text import prepare_text, split_into_chunks
+
+        if not isinstance(text, str):
+            raise TTSInputError(f"text must be a str, got {type(text).__name__}")
+        if not text.strip():
+            raise TTSInputError("text is empty: pass at least one word")
+        if self._unk is not None:
+            bad = sorted({c for c in text if not c.isspace()
+                          and self._unk in self._tokenizer.encode(c)})
+            if bad:
+                shown = ", ".join(f"{c!r} (U+{ord(c):04X})" for c in bad[:20])
+                raise TTSInputError(f"text has characters the model's tokenizer cannot encode: "
+                                    f"{shown}; it accepts: {self._alphabet()!r}")
+        fixed = int(self.config["frames_after_eos"])
+        out = []
+        for chunk in split_into_chunks(text, self._tokenizer, self._rules,
+                                       int(self.config["chunk_tokens"])):
+            prepared, guess = prepare_text(chunk, self._rules)
+            ids = self._tokenizer.encode(prepared)
+            out.append((prepared, ids, fixed if fixed >= 0 else guess + 2))
+        return out
+
+    # -----------------------------------------------------------------------------------------
+    # Voices
+    # -----------------------------------------------------------------------------------------
+
+    @property
+    def voices(self) -> list[str]:
+        """Names of the voices registered on this object."""
+        return list(self.model.voices)
+
+    def register_voice(self, name: str, wav, sample_rate: Optional[int] = None) -> np.ndarray:
+        """Registers voice ``name`` from audio: a 16-bit PCM .wav path, or float samples ([n],
+        or [channels, n], averaged to mono) at ``sample_rate`` (default: the model's). Audio
+        at another rate is resampled with scipy's resample_poly, as the package does. The C++
+        core ends it on a pause, encodes it with Mimi and runs the speaker-projected rows
+        through the backbone into the voice's own K/V state. Returns the rows."""
+        if not self.config["voice_cloning"]:
+            raise TTSInputError(f"{self.path}: this model has no voice encoder "
+                                f"(pocket.voice_cloning is false); use a voice file "
+                                f"(load_voice) or None")
+        if isinstance(wav, (str, os.PathLike)):
+            from .reference.pocket import read_wav
+            wav, sample_rate = read_wav(wav)
+        a = np.asarray(wav, dtype=np.float64)
+        if a.ndim == 2:
+            a = a.mean(axis=0)
+        if a.ndim != 1 or a.size == 0:
+            raise TTSInputError(f"voice audio must be [n] or [channels, n] samples, got "
+                                f"shape {np.shape(wav)}")
+        sr = self.sample_rate
+        if sample_rate is not None and int(sample_rate) != sr:
+            import math
+
+            from scipy.signal import resample_poly
+            g = math.gcd(int(sample_rate), sr)
+            a = resample_poly(a, sr // g, int(sample_rate) // g)
+        rows = self.model.encode_voice(np.ascontiguousarray(a, dtype=np.float32))
+        self.add_voice_rows(name, rows)
+        return rows
+
+    def add_voice_rows(self, name: str, rows: np.ndarray) -> None:
+        """Registers a voice from its prompt rows [n, d_model] (bos_voice and the
+        speaker-projected Mimi latents, as register_voice or a voice file gives)."""
+        if not isinstance(name, str) or not name:
+            raise TTSInputError(f"a voice needs a non-empty name, got {name!r}")
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        d = int(self.config["lm"]["d_model"])
+        if rows.ndim != 2 or rows.shape[1] != d or len(rows) == 0:
+            raise TTSInputError(f"voice rows must be [n, {d}], got {rows.shape}")
+        self.model.add_voice(name, rows)
+        self._voice_rows[name] = rows
+
+    def save_voice(self, name: str, path: Union[str, os.PathLike]) -> Path:
+        """Writes a registered voice's rows to a voice file (.npz: the rows, the format's
+        name and version, the model's d_model)."""
+        self._check_voice(name)
+        path = Path(path)
+        with open(path, "wb") as f:  # np.savez would append .npz to a name without it
+            np.savez(f, format=np.array(_VOICE_FORMAT), version=np.array(_VOICE_VERSION),
+                     d_model=np.array(self.config["lm"]["d_model"]),
+                     rows=self._voice_rows[name])
+        return path
+
+    def load_voice(self, name: str, path: Union[str, os.PathLike]) -> None:
+        """Registers voice ``name`` from a file written by :meth:`save_voice`."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                fmt, version = str(z["format"]), int(z["version"])
+                d_model, rows = int(z["d_model"]), z["rows"]
+        except (OSError, ValueError, KeyError) as e:
+            raise TTSInputError(f"{path}: not a dasllama voice file ({e})") from None
+        if fmt != _VOICE_FORMAT or version != _VOICE_VERSION:
+            raise TTSInputError(f"{path}: voice file format {fmt!r} version {version}; this "
+                                f"release reads {_VOICE_FORMAT!r} version {_VOICE_VERSION}")
+        if d_model != int(self.config["lm"]["d_model"]):
+            raise TTSInputError(f"{path}: a voice for a model of d_model {d_model}, this one "
+                                f"has {self.config['lm']['d_model']}")
+        self.add_voice_rows(name, rows)
+
+    def _check_voice(self, voice) -> str:
+        """The registered voice's name ('' for None). A path to a .wav or a voice file is
+        registered under its path on first use."""
+        if voice is None:
+            return ""
+        if isinstance(voice, os.PathLike):
+            voice = os.fspath(voice)
+        if isinstance(voice, str) and voice not in self.model.voices and os.path.isfile(voice):
+            if voice.lower().endswith(".wav"):
+                self.register_voice(voice, voice)
+            else:
+                self.load_voice(voice, voice)
+        if not isinstance(voice, str) or voice not in self.model.voices:
+            known = ", ".join(repr(v) for v in self.model.voices) or "none registered"
+            raise TTSInputError(f"unknown voice {voice!r}; known voices: {known}; or a path "
+                                f"to a .wav or a voice file, or None for no voice prompt")
+        return voice
+
+    # -----------------------------------------------------------------------------------------
+    # Speaking
+    # -----------------------------------------------------------------------------------------
+
+    def stream(self, text: str, voice: Optional[str] = None, temperature: float = 0.3,
+               seed: Optional[int] = None, *, eos_threshold: Optional[float] = None,
+               frames_after_eos: Optional[int] = None, lsd_steps: int = 0,
+               noise: Optional[np.ndarray] = None) -> Iterator[np.ndarray]:
+        """Yields float32 audio pieces (mono, ``sample_rate``) as the frames are generated.
+
+        voice: a registered voice's name, a path to a .wav or a voice file (registered under
+        that path on first use), or None. temperature >= 0 (0: deterministic). seed:
+        the noise generator's seed (None: a fresh one). eos_threshold, frames_after_eos: the
+        file's defaults (frames after EOS: the package's guess from the word count) unless
+        given. noise: standard-normal rows [n, latent_dim], one per generated frame over all
+        chunks, instead of the generator (for comparing with the reference chain)."""
+        temperature = float(temperature)
+        if not temperature >= 0:
+            raise TTSInputError(f"temperature must be >= 0, got {temperature}")
+        voice_name = self._check_voice(voice)
+        plan = self.plan(text)
+        seed = secrets.randbits(63) if seed is None else int(seed)
+        if noise is not None:
+            self.model.set_noise(np.ascontiguousarray(noise, dtype=np.float32))
+        else:
+            self.model.seed_noise(seed)
+        threshold = self.config["eos_threshold"] if eos_threshold is None else eos_threshold
+        start = time.perf_counter()
+        stats = dict(audio_seconds=0.0, wall_seconds=0.0, first_audio_ms=None, frames=0,
+                     chunks=len(plan), seed=seed, chunk_frames=[])
+        self.stats = stats
+        samples = 0
+        for prepared, ids, after in plan:
+            self.model.begin_chunk(ids, voice_name, temperature, float(threshold),
+                                   int(after if frames_after_eos is None else frames_after_eos),
+                                   int(lsd_steps))
+            step = _FIRST_STEP_FRAMES if samples == 0 else _STEP_FRAMES
+            frames = 0
+            while True:
+                audio, n = self.model.step(step)
+                if n == 0:
+                    break
+                frames += n
+                step = _STEP_FRAMES
+                samples += len(audio)
+                if stats["first_audio_ms"] is None:
+                    stats["first_audio_ms"] = 1000.0 * (time.perf_counter() - start)
+                stats.update(audio_seconds=samples / self.sample_rate,
+                             wall_seconds=time.perf_counter() - start,
+                             frames=stats["frames"] + n)
+                yield audio
+            stats["chunk_frames"].append(frames)
+        stats["wall_seconds"] = time.perf_counter() - start
+
+    def speak(self, text: str, voice: Optional[str] = None, temperature: float = 0.3,
+              seed: Optional[int] = None, **options) -> tuple[np.ndarray, int]:
+        """(audio float32 mono, sample rate) for ``text``; options as :meth:`stream`."""
+        pieces = list(self.stream(text, voice, temperature, seed, **options))
+        audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+        return audio.astype(np.float32, copy=False), self.sample_rate
+
+    def save_wav(self, path: Union[str, os.PathLike], audio: np.ndarray,
+                 sample_rate: Optional[int] = None) -> Path:
+        """Writes mono audio (float in [-1, 1], clipped) as a 16-bit PCM .wav file."""
+        a = np.clip(np.asarray(audio, dtype=np.float64).reshape(-1), -1.0, 1.0)
+        pcm = np.round(a * 32767.0).astype("<i2")
+        with wave.open(os.fspath(path), "wb") as f:
+            f.setnchannels(1)
+            f.setsampwidth(2)
+            f.setframerate(int(sample_rate or self.sample_rate))
+            f.writeframes(pcm.tobytes())
+        return Path(path)
+
+
+# =============================================================================================
+# The command line: dasllama speak
+# =============================================================================================
+
+def add_speak_parser(sub) -> None:
+    """Adds ``dasllama speak -m MODEL "text" -o out.wav`` to an argparse subparsers object."""
+    p = sub.add_parser("speak", help="speak text with Pocket TTS into a .wav file")
+    p.add_argument("text", help="the text ('-' reads stdin)")
+    p.add_argument("-m", "--model", required=True, help="a Pocket TTS .gguf")
+    p.add_argument("-o", "--output", default="out.wav", help="the .wav to write (16-bit PCM)")
+    p.add_argument("--voice", default=None,
+                   help="a .wav to clone the voice of, or a voice file (TTS.save_voice)")
+    p.add_argument("--seed", type=int, default=None, help="noise seed (default: random)")
+    p.add_argument("--temperature", type=float, default=0.3, help="0 is deterministic")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: physical cores)")
+    p.set_defaults(run=_cmd_speak)
+
+
+def _cmd_speak(args) -> int:
+    import sys
+
+    text = sys.stdin.read() if args.text == "-" else args.text
+    with TTS(args.model, n_threads=args.threads) as tts:
+        audio, sr = tts.speak(text, voice=args.voice, temperature=args.temperature,
+                              seed=args.seed)
+        path = tts.save_wav(args.output, audio, sr)
+        s = tts.stats
+        rtf = s["wall_seconds"] / s["audio_seconds"] if s["audio_seconds"] else float("nan")
+        print(f"{path}: {s['audio_seconds']:.2f} s of audio in {s['wall_seconds']:.2f} s "
+              f"(real-time factor {rtf:.3f}, first audio {s['first_audio_ms']:.0f} ms, "
+              f"seed {s['seed']})", file=sys.stderr)
+    return 0
