@@ -59,9 +59,7 @@ GpuForward::GpuForward(const ModelConfig& cfg, const ModelWeights& w,
     const int64_t ff = cfg.n_ff;
     x_ = dev.alloc(B * size_t(cfg.n_embd) * F, "x");
     xn_ = dev.alloc(B * size_t(cfg.n_embd) * F, "x_norm");
-    q_ = dev.alloc(B * size_t(cfg.q_dim()) * F, "q");
-    k_ = dev.alloc(B * size_t(cfg.k_dim()) * F, "k");
-    v_ = dev.alloc(B * size_t(cfg.v_dim()) * F, "v");
+    qkv_ = dev.alloc(B * size_t(cfg.q_dim() + cfg.k_dim() + cfg.v_dim()) * F, "qkv");
     attn_ = dev.alloc(B * size_t(cfg.n_head * cfg.head_dim_v) * F, "attn");
     out_ = dev.alloc(B * size_t(cfg.n_embd) * F, "out");
     gate_ = dev.alloc(B * size_t(ff) * F, "gate");
@@ -143,7 +141,8 @@ void GpuForward::project(gpu::Encoder& e, const DeviceMatrix& m, gpu::Buffer& x,
 }
 
 void GpuForward::rmsnorm(gpu::Encoder& e, gpu::Buffer& x, uint32_t x_off, gpu::Buffer& w,
-                         int64_t rows, int64_t width, gpu::Buffer& y, uint32_t y_off) {
+                         int64_t rows, int64_t width, gpu::Buffer& y, uint32_t y_off,
+                         const char* stamp_name) {
     gk::rmsnorm a{};
     a.n = u32(width);
     a.rows = u32(rows);
@@ -151,7 +150,7 @@ void GpuForward::rmsnorm(gpu::Encoder& e, gpu::Buffer& x, uint32_t x_off, gpu::B
     a.y_off = y_off;
     a.w_off = 0;
     a.eps = float(cfg_.rms_eps);
-    e.dispatch(stamp("rmsnorm"), {&x, &w, &y}, a, u32(rows));
+    e.dispatch(stamp(stamp_name), {&x, &w, &y}, a, u32(rows));
 }
 
 void GpuForward::eltwise(gpu::Encoder& e, const char* op, gpu::Buffer& y, uint32_t y_off,
@@ -168,51 +167,39 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos
     const ModelConfig& c = cfg_;
     const LayerConfig& lc = c.layers[size_t(il)];
     const DeviceLayer& l = weights_.layers[size_t(il)];
-    const uint32_t qd = u32(c.q_dim()), kd = u32(c.k_dim()), vd = u32(c.v_dim());
+    const uint32_t qd = u32(c.q_dim()), kd = u32(c.k_dim());
+    const uint32_t row = u32(c.q_dim() + c.k_dim() + c.v_dim());  // packed [q | k | v]
 
-    project(e, l.wq, *xn_, 0, u32(c.n_embd), *q_, 0, qd, n, false);
-    project(e, l.wk, *xn_, 0, u32(c.n_embd), *k_, 0, kd, n, false);
-    project(e, l.wv, *xn_, 0, u32(c.n_embd), *v_, 0, vd, n, false);
+    if (!l.wqkv.splits.empty()) {
+        project(e, l.wqkv, *xn_, 0, u32(c.n_embd), *qkv_, 0, row, n, false);
+    } else {
+        project(e, l.wq, *xn_, 0, u32(c.n_embd), *qkv_, 0, row, n, false);
+        project(e, l.wk, *xn_, 0, u32(c.n_embd), *qkv_, qd, row, n, false);
+        project(e, l.wv, *xn_, 0, u32(c.n_embd), *qkv_, qd + kd, row, n, false);
+    }
     e.barrier();
-    if (c.qkv_bias) {
-        for (int64_t t = 0; t < n; ++t) {
-            eltwise(e, "add", *q_, u32(t) * qd, *l.bq, 0, qd, 1.0f);
-            eltwise(e, "add", *k_, u32(t) * kd, *l.bk, 0, kd, 1.0f);
-            eltwise(e, "add", *v_, u32(t) * vd, *l.bv, 0, vd, 1.0f);
-        }
-        e.barrier();
-    }
-    if (c.qk_norm) {
-        rmsnorm(e, *q_, 0, *l.q_norm, n * c.n_head, c.head_dim, *q_, 0);
-        rmsnorm(e, *k_, 0, *l.k_norm, n * c.n_head_kv, c.head_dim, *k_, 0);
-        e.barrier();
-    }
+
+    // Bias, q/k norms, rope, and the K/V rows into the cache, in one pass.
     const RopeTab& rt = *ropes_[layer_rope_[size_t(il)]];
-    const gpu::StampInfo& rope = stamp(c.rope_layout == RopeLayout::Neox ? "rope_neox" : "rope_norm");
-    for (auto [buf, heads, stride] : {std::tuple{q_.get(), c.n_head, qd},
-                                      std::tuple{k_.get(), c.n_head_kv, kd}}) {
-        gk::rope a{};
-        a.n_tok = u32(n);
-        a.n_head = u32(heads);
-        a.head_dim = u32(c.head_dim);
-        a.n_rot = u32(c.n_rot);
-        a.x_off = 0;
-        a.x_stride = stride;
-        a.tab_off = 0;
-        e.dispatch(rope, {buf, rt.tab.get()}, a, grid(n * heads * c.n_rot / 2, kEltwiseGroup));
-    }
+    gk::qkv_rope_store r{};
+    r.n_head = u32(c.n_head);
+    r.n_head_kv = u32(c.n_head_kv);
+    r.head_dim = u32(c.head_dim);
+    r.n_rot = u32(c.n_rot);
+    r.qkv_off = 0;
+    r.qkv_stride = row;
+    r.dst_off = u32(pos0) * kd;
+    r.tab_off = 0;
+    r.flags = (c.qk_norm ? 1u : 0u) | (c.qkv_bias ? 2u : 0u);
+    r.eps = float(c.rms_eps);
+    gpu::Buffer* dummy = dummy_.get();
+    e.dispatch(stamp(c.rope_layout == RopeLayout::Neox ? "qkv_rope_store_neox" : "qkv_rope_store_norm"),
+               {qkv_.get(), rt.tab.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(),
+                c.qk_norm ? l.q_norm.get() : dummy, c.qk_norm ? l.k_norm.get() : dummy,
+                c.qkv_bias ? l.bqkv.get() : dummy},
+               r, u32(c.n_head + 2 * c.n_head_kv), u32(n));
     e.barrier();
-    for (auto [src, cache, width] : {std::tuple{k_.get(), kc_[size_t(il)].get(), kd},
-                                     std::tuple{v_.get(), vc_[size_t(il)].get(), vd}}) {
-        gk::kv_store a{};
-        a.n_tok = u32(n);
-        a.width = width;
-        a.src_off = 0;
-        a.src_stride = width;
-        a.dst_off = u32(pos0) * width;
-        e.dispatch(stamp("kv_store_f16"), {src, cache}, a, grid(n * width, 2 * kEltwiseGroup));
-    }
-    e.barrier();
+
     gk::attention a{};
     a.n_tok = u32(n);
     a.n_head = u32(c.n_head);
@@ -222,7 +209,7 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos
     a.pos0 = u32(pos0);
     a.window = lc.sliding ? u32(c.sliding_window) : 0u;
     a.q_off = 0;
-    a.q_stride = qd;
+    a.q_stride = row;
     a.k_off = 0;
     a.v_off = 0;
     a.out_off = 0;
@@ -230,7 +217,7 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos
     a.scale = c.attn_scale;
     const bool decode = n <= kMatvecMaxTokens;
     e.dispatch(stamp(decode ? "attention_decode" : "attention_prefill"),
-               {q_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get()}, a,
+               {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get()}, a,
                u32(c.n_head), decode ? u32(n) : ceil_div(n, kAttnPrefillRows));
     e.barrier();
 }
@@ -287,7 +274,6 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
     e.barrier();
 
     // --- layers.
-    const int64_t NE = n * c.n_embd;
     for (int il = 0; il < int(c.n_layer); ++il) {
         const DeviceLayer& l = weights_.layers[size_t(il)];
         rmsnorm(e, *x_, 0, *l.attn_norm, n, c.n_embd, *xn_, 0);
@@ -297,9 +283,7 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
         if (c.post_norms) {
             project(e, l.wo, *attn_, 0, attn_w, *out_, 0, E, n, false);
             e.barrier();
-            rmsnorm(e, *out_, 0, *l.post_attn_norm, n, c.n_embd, *out_, 0);
-            e.barrier();
-            eltwise(e, "add", *x_, 0, *out_, 0, NE, 1.0f);
+            rmsnorm(e, *out_, 0, *l.post_attn_norm, n, c.n_embd, *x_, 0, "rmsnorm_add");
         } else {
             project(e, l.wo, *attn_, 0, attn_w, *x_, 0, E, n, true);
         }
@@ -316,9 +300,7 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
         if (c.post_norms) {
             project(e, l.ffn_down, *gate_, 0, ff, *out_, 0, E, n, false);
             e.barrier();
-            rmsnorm(e, *out_, 0, *l.post_ffn_norm, n, c.n_embd, *out_, 0);
-            e.barrier();
-            eltwise(e, "add", *x_, 0, *out_, 0, NE, 1.0f);
+            rmsnorm(e, *out_, 0, *l.post_ffn_norm, n, c.n_embd, *x_, 0, "rmsnorm_add");
         } else {
             project(e, l.ffn_down, *gate_, 0, ff, *x_, 0, E, n, true);
         }

@@ -43,7 +43,7 @@ private:
                  uint32_t x_stride, gpu::Buffer& y, uint32_t y_off, uint32_t y_stride,
                  int64_t n_tok, bool accumulate);
     void rmsnorm(gpu::Encoder& e, gpu::Buffer& x, uint32_t x_off, gpu::Buffer& w, int64_t rows,
-                 int64_t width, gpu::Buffer& y, uint32_t y_off);
+                 int64_t width, gpu::Buffer& y, uint32_t y_off, const char* stamp_name = "rmsnorm");
     void eltwise(gpu::Encoder& e, const char* op, gpu::Buffer& y, uint32_t y_off, gpu::Buffer& x,
                  uint32_t x_off, int64_t n, float s);
     void attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos0);
@@ -57,7 +57,7 @@ private:
     DeviceWeights weights_;
     std::vector<std::unique_ptr<RopeTab>> ropes_;
     std::vector<size_t> layer_rope_;  // index into ropes_ per layer
-    std::unique_ptr<gpu::Buffer> x_, xn_, q_, k_, v_, attn_, out_, gate_, up_, logits_;
+    std::unique_ptr<gpu::Buffer> x_, xn_, qkv_, attn_, out_, gate_, up_, logits_;
     std::unique_ptr<gpu::Buffer> ids_, embd_in_, logits_host_, dummy_;
     std::vector<std::unique_ptr<gpu::Buffer>> kc_, vc_;
     bool coopmat_ = false;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <initializer_list>
 
 #include "core/errors.h"
 #include "core/formats.h"
@@ -11,6 +12,8 @@ namespace dasllama {
 namespace {
 
 // Formats with matvec/matmul/get_rows stamps (shaders/stamps.txt).
+constexpr int64_t kMaxHeadDim = 256;  // GK_QKV_DMAX, GK_ATTN_DMAX
+
 constexpr const char* kDeviceFormats[] = {"F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
                                           "Q8_0", "Q4_K", "Q5_K", "Q6_K"};
 
@@ -25,29 +28,54 @@ std::unique_ptr<gpu::Buffer> upload_vector(gpu::Device& dev, const std::vector<f
     return buf;
 }
 
-DeviceMatrix upload_matrix(gpu::Device& dev, const cpu::WeightMatrix& m, const char* label,
-                           uint64_t& bytes) {
+// Uploads the row-wise concatenation of `parts` (all of one type and width) as one matrix,
+// split into bindings of at most the device's storage range.
+DeviceMatrix upload_rows(gpu::Device& dev, std::initializer_list<const cpu::WeightMatrix*> parts,
+                         const char* label, uint64_t& bytes) {
+    const cpu::WeightMatrix& first = **parts.begin();
     DeviceMatrix d;
-    d.format = device_format(*m.type);
+    d.format = device_format(*first.type);
     if (d.format.empty())
-        throw Error(std::string(label) + ": format " + m.type->name + " has no GPU kernel");
-    d.rows = m.rows;
-    d.cols = m.cols;
-    d.row_bytes = m.row_bytes;
+        throw Error(std::string(label) + ": format " + first.type->name + " has no GPU kernel");
+    d.cols = first.cols;
+    d.row_bytes = first.row_bytes;
+    for (const cpu::WeightMatrix* m : parts) d.rows += m->rows;
     const uint64_t range = dev.info().max_storage_range;
     const int64_t per_split = std::max<int64_t>(
-        1, int64_t(std::min<uint64_t>(range, uint64_t(1) << 40) / uint64_t(m.row_bytes)));
-    for (int64_t r0 = 0; r0 < m.rows; r0 += per_split) {
+        1, int64_t(std::min<uint64_t>(range, uint64_t(1) << 40) / uint64_t(d.row_bytes)));
+    for (int64_t r0 = 0; r0 < d.rows; r0 += per_split) {
         DeviceMatrix::Split s;
         s.row0 = r0;
-        s.rows = std::min(per_split, m.rows - r0);
-        const size_t n = size_t(s.rows * m.row_bytes);
-        s.buffer = dev.alloc(round_up4(n), label);
-        dev.upload(*s.buffer, 0, m.data + r0 * m.row_bytes, n);
-        bytes += n;
+        s.rows = std::min(per_split, d.rows - r0);
+        s.buffer = dev.alloc(round_up4(size_t(s.rows * d.row_bytes)), label);
+        // Copy the stretch of each part that falls in [r0, r0 + rows).
+        int64_t part_row0 = 0;
+        for (const cpu::WeightMatrix* m : parts) {
+            const int64_t lo = std::max(r0, part_row0), hi = std::min(r0 + s.rows, part_row0 + m->rows);
+            if (lo < hi)
+                dev.upload(*s.buffer, size_t((lo - r0) * d.row_bytes),
+                           m->data + (lo - part_row0) * m->row_bytes, size_t((hi - lo) * d.row_bytes));
+            part_row0 += m->rows;
+        }
+        bytes += uint64_t(s.rows * d.row_bytes);
         d.splits.push_back(std::move(s));
     }
     return d;
+}
+
+DeviceMatrix upload_matrix(gpu::Device& dev, const cpu::WeightMatrix& m, const char* label,
+                           uint64_t& bytes) {
+    return upload_rows(dev, {&m}, label, bytes);
+}
+
+bool same_layout(const cpu::WeightMatrix& a, const cpu::WeightMatrix& b) {
+    return a.type == b.type && a.cols == b.cols && a.row_bytes == b.row_bytes;
+}
+
+std::vector<float> concat(std::initializer_list<const std::vector<float>*> parts) {
+    std::vector<float> out;
+    for (const std::vector<float>* p : parts) out.insert(out.end(), p->begin(), p->end());
+    return out;
 }
 
 }  // namespace
@@ -65,6 +93,11 @@ std::string device_format(const TypeTraits& type) {
 
 std::string device_weights_unsupported(const ModelConfig& cfg, const ModelWeights& w) {
     if (cfg.moe) return "mixture-of-experts layers have no GPU kernels";
+    // qkv_rope_store.gk.h holds one head in workgroup memory and packs f16 pairs.
+    if (cfg.head_dim != cfg.head_dim_v || cfg.head_dim % 2 != 0 || cfg.head_dim > kMaxHeadDim)
+        return "head sizes " + std::to_string(cfg.head_dim) + "/" + std::to_string(cfg.head_dim_v) +
+               " (the GPU kernels take equal, even head sizes up to " +
+               std::to_string(kMaxHeadDim) + ")";
     auto check = [](const cpu::WeightMatrix& m, const char* what) -> std::string {
         if (!m.type || device_format(*m.type).empty())
             return std::string(what) + " is " + (m.type ? m.type->name : "missing") +
@@ -99,12 +132,17 @@ DeviceWeights upload_weights(gpu::Device& dev, const ModelConfig& cfg, const Mod
         dl.post_attn_norm = upload_vector(dev, l.post_attn_norm, "post_attention_norm", d.bytes);
         dl.ffn_norm = upload_vector(dev, l.ffn_norm, "ffn_norm", d.bytes);
         dl.post_ffn_norm = upload_vector(dev, l.post_ffn_norm, "post_ffw_norm", d.bytes);
-        dl.bq = upload_vector(dev, l.bq, "attn_q.bias", d.bytes);
-        dl.bk = upload_vector(dev, l.bk, "attn_k.bias", d.bytes);
-        dl.bv = upload_vector(dev, l.bv, "attn_v.bias", d.bytes);
-        dl.wq = upload_matrix(dev, l.wq, "attn_q", d.bytes);
-        dl.wk = upload_matrix(dev, l.wk, "attn_k", d.bytes);
-        dl.wv = upload_matrix(dev, l.wv, "attn_v", d.bytes);
+        if (!l.bq.empty())
+            dl.bqkv = upload_vector(dev, concat({&l.bq, &l.bk, &l.bv}), "attn_qkv.bias", d.bytes);
+        // One projection for q, k and v when their formats agree (one pass over x, one
+        // dispatch); otherwise three, writing the same packed [q | k | v] rows.
+        if (same_layout(l.wq, l.wk) && same_layout(l.wq, l.wv)) {
+            dl.wqkv = upload_rows(dev, {&l.wq, &l.wk, &l.wv}, "attn_qkv", d.bytes);
+        } else {
+            dl.wq = upload_matrix(dev, l.wq, "attn_q", d.bytes);
+            dl.wk = upload_matrix(dev, l.wk, "attn_k", d.bytes);
+            dl.wv = upload_matrix(dev, l.wv, "attn_v", d.bytes);
+        }
         dl.wo = upload_matrix(dev, l.wo, "attn_output", d.bytes);
         dl.ffn_gate = upload_matrix(dev, l.ffn_gate, "ffn_gate", d.bytes);
         dl.ffn_up = upload_matrix(dev, l.ffn_up, "ffn_up", d.bytes);

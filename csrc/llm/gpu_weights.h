@@ -27,8 +27,11 @@ struct DeviceMatrix {
 
 struct DeviceLayer {
     std::unique_ptr<gpu::Buffer> attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm,
-        post_ffn_norm, bq, bk, bv;
-    DeviceMatrix wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down;
+        post_ffn_norm;
+    std::unique_ptr<gpu::Buffer> bqkv;  // qwen2: the q, k and v biases end to end
+    // wq, wk and wv stacked by rows when their formats agree (then wq/wk/wv are empty), else
+    // each alone: either way they write one packed [q | k | v] row per token.
+    DeviceMatrix wqkv, wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down;
 };
 
 struct DeviceWeights {

@@ -19,4 +19,5 @@
 #include "math.h"
 #include "reduce.h"
 #include "formats.h"
+#include "half.h"
 #endif
