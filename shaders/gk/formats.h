@@ -32,6 +32,17 @@
         dst[2] = gk_odd_ ? ((gk_c_ >> 16u) | (gk_d_ << 16u)) : gk_c_; \
         dst[3] = gk_odd_ ? ((gk_d_ >> 16u) | (gk_e_ << 16u)) : gk_d_; \
     }
+
+// Sixteen bytes at a 4-aligned byte offset.
+#define GK_LOAD16_A4(dst, buf, b) \
+    { \
+        uint gk_w_ = (b) >> 2u; \
+        dst[0] = buf[gk_w_]; \
+        dst[1] = buf[gk_w_ + 1u]; \
+        dst[2] = buf[gk_w_ + 2u]; \
+        dst[3] = buf[gk_w_ + 3u]; \
+    }
+
 // A second, read-only view of a bound word buffer as 16-byte vectors: one load instruction per
 // 16 bytes instead of four, which on GPUs such as the H200 decides how close a weight-streaming
 // kernel comes to memory speed. Declare it at file scope before GK_KERNEL with GK_WIDE_VIEW_DECL
@@ -46,19 +57,10 @@
 #define GK_WIDE_VIEW_OPEN(name, of) device const uint4* name = (device const uint4*)(of);
 #endif
 
-// Sixteen bytes at a 4-aligned byte offset.
-#define GK_LOAD16_A4(dst, buf, b) \
-    { \
-        uint gk_w_ = (b) >> 2u; \
-        dst[0] = buf[gk_w_]; \
-        dst[1] = buf[gk_w_ + 1u]; \
-        dst[2] = buf[gk_w_ + 2u]; \
-        dst[3] = buf[gk_w_ + 3u]; \
-    }
-
 // A small unsigned integer (< 2^23) as float, exactly, without the integer-to-float convert
 // (a quarter-rate instruction on many GPUs): the bits of 2^23 + u, minus 2^23. `bias` folds a
-// constant offset into the subtraction (q - 8 for Q4_0 is gk_small_uint_to_float(q, 8.0f)), still exact.
+// constant offset into the subtraction, still exact: q - 8 for Q4_0 is
+// gk_small_uint_to_float(q, 8.0f).
 GK_INLINE float gk_small_uint_to_float(uint u, float bias) {
     return gk_bits_to_float(0x4B000000u | u) - (8388608.0f + bias);
 }
@@ -71,10 +73,12 @@ GK_INLINE float gk_small_uint_to_float(uint u, float bias) {
 //   GK_FMT_ROW_BYTES(cols)   bytes of one row
 //   GK_FMT_UNITS(cols)       16-element units per row (ceil for ragged formats)
 //   GK_DECODE16(w, buf, blk_b, p, n_valid)
-//       w[0..15] = elements 16p .. 16p+15 of the block at byte blk_b (a float[16] variable;
-//       p < GK_FMT_BS / 16). Ragged formats zero the elements at and past n_valid; the others
-//       ignore it. The formulas follow python/dasllama/reference/quants.py, whose banners give
-//       each layout; fused multiply-adds may round the last bit differently from it.
+//       w[0..15] = the 16 elements of unit p (p < GK_FMT_BS / 16) of the block at byte blk_b
+//       (w a float[16] variable): w[i] is element GK_FMT_ELEM(p, i) of the block, which is
+//       16p + i except where a format pairs nibbles differently. Ragged formats zero the
+//       elements at and past n_valid; the others ignore it. The formulas follow
+//       python/dasllama/reference/quants.py, whose banners give each layout; fused
+//       multiply-adds may round the last bit differently from it.
 // Every decoder reads the whole words that cover its unit's bytes and decodes in registers.
 // ---------------------------------------------------------------------------------------------
 #define GK_UNIT 16u
@@ -113,76 +117,91 @@ GK_INLINE float gk_small_uint_to_float(uint u, float bias) {
         } \
     }
 
-#elif defined(GK_FMT_Q4_0)
-// [0:2] d f16, [2:18] qs: element j low nibble of byte j, j+16 high nibble.  y = (q - 8) * d
+#elif defined(GK_FMT_Q4_0) || defined(GK_FMT_Q4_1) || defined(GK_FMT_Q5_0) || defined(GK_FMT_Q5_1)
+// The 32-element blocks with nibble quants. Byte j of qs holds element j (low nibble) and
+// element j + 16 (high nibble); Q5 formats add bit e of the 32-bit qh as element e's 5th bit.
+//   Q4_0: [0:2] d, [2:18] qs                 y = (q - 8) * d
+//   Q4_1: [0:2] d, [2:4] m, [4:20] qs        y = q * d + m
+//   Q5_0: [0:2] d, [2:6] qh, [6:22] qs       y = (q - 16) * d
+//   Q5_1: [0:2] d, [2:4] m, [4:8] qh, [8:24] qs   y = q * d + m
+// Unit p reads qs bytes 8p .. 8p+7 only: its 16 values are elements 8p .. 8p+7 (low nibbles)
+// and 16+8p .. 16+8p+7 (high nibbles), so the two units of a block read disjoint bytes.
 #define GK_FMT_BS 32u
+#define GK_FMT_RAGGED 0
+#define GK_FMT_ELEM(p, i) ((i) < 8u ? 8u * (p) + (i) : 8u * (p) + 8u + (i))
+#if defined(GK_FMT_Q4_0)
 #define GK_FMT_BYTES 18u
-#define GK_FMT_RAGGED 0
-#define GK_DECODE16(w, buf, blk_b, p, n_valid) \
-    { \
-        float gk_d_ = GK_F16_A2(buf, blk_b); \
-        uint gk_q_[4]; \
-        GK_LOAD16_A2(gk_q_, buf, (blk_b) + 2u) \
-        uint gk_sh_ = 4u * (p); \
-        GK_UNROLL for (uint gk_i_ = 0u; gk_i_ < 16u; ++gk_i_) { \
-            uint gk_v_ = (gk_q_[gk_i_ >> 2u] >> ((gk_i_ & 3u) * 8u + gk_sh_)) & 0xFu; \
-            w[gk_i_] = gk_small_uint_to_float(gk_v_, 8.0f) * gk_d_; \
-        } \
-    }
-
+#define GK_N_QS 2u
 #elif defined(GK_FMT_Q4_1)
-// [0:2] d, [2:4] m, [4:20] qs as Q4_0.  y = q * d + m
-#define GK_FMT_BS 32u
 #define GK_FMT_BYTES 20u
-#define GK_FMT_RAGGED 0
-#define GK_DECODE16(w, buf, blk_b, p, n_valid) \
-    { \
-        float2 gk_dm_ = gk_unpack_half2(buf[(blk_b) >> 2u]); \
-        uint gk_q_[4]; \
-        GK_LOAD16_A4(gk_q_, buf, (blk_b) + 4u) \
-        uint gk_sh_ = 4u * (p); \
-        GK_UNROLL for (uint gk_i_ = 0u; gk_i_ < 16u; ++gk_i_) { \
-            uint gk_v_ = (gk_q_[gk_i_ >> 2u] >> ((gk_i_ & 3u) * 8u + gk_sh_)) & 0xFu; \
-            w[gk_i_] = gk_fma(gk_small_uint_to_float(gk_v_, 0.0f), gk_dm_.x, gk_dm_.y); \
-        } \
-    }
-
+#define GK_N_QS 4u
 #elif defined(GK_FMT_Q5_0)
-// [0:2] d, [2:6] qh (bit i: 5th bit of element i), [6:22] qs as Q4_0.  y = (q - 16) * d
-#define GK_FMT_BS 32u
 #define GK_FMT_BYTES 22u
-#define GK_FMT_RAGGED 0
-#define GK_DECODE16(w, buf, blk_b, p, n_valid) \
-    { \
-        float gk_d_ = GK_F16_A2(buf, blk_b); \
-        uint gk_qh_ = (GK_U16_A2(buf, (blk_b) + 2u) | (GK_U16_A2(buf, (blk_b) + 4u) << 16u)) \
-                      >> (16u * (p)); \
-        uint gk_q_[4]; \
-        GK_LOAD16_A2(gk_q_, buf, (blk_b) + 6u) \
-        uint gk_sh_ = 4u * (p); \
-        GK_UNROLL for (uint gk_i_ = 0u; gk_i_ < 16u; ++gk_i_) { \
-            uint gk_v_ = ((gk_q_[gk_i_ >> 2u] >> ((gk_i_ & 3u) * 8u + gk_sh_)) & 0xFu) | \
-                         (((gk_qh_ >> gk_i_) & 1u) << 4u); \
-            w[gk_i_] = gk_small_uint_to_float(gk_v_, 16.0f) * gk_d_; \
-        } \
-    }
-
-#elif defined(GK_FMT_Q5_1)
-// [0:2] d, [2:4] m, [4:8] qh, [8:24] qs.  y = q * d + m
-#define GK_FMT_BS 32u
+#define GK_N_QS 6u
+#else
 #define GK_FMT_BYTES 24u
-#define GK_FMT_RAGGED 0
+#define GK_N_QS 8u
+#endif
+// Scale (d) and offset (m: the min, or the -8 / -16 bias times d) of the block at byte b.
+#if defined(GK_FMT_Q4_0) || defined(GK_FMT_Q5_0)
+#define GK_N_DM(d, m, buf, b) \
+    d = GK_F16_A2(buf, b); \
+    m = 0.0f;
+#else
+#define GK_N_DM(d, m, buf, b) \
+    { \
+        float2 gk_dm2_ = gk_unpack_half2(buf[(b) >> 2u]); \
+        d = gk_dm2_.x; \
+        m = gk_dm2_.y; \
+    }
+#endif
+// The 5th bits of the unit's 16 values as bits 0..15 (Q4 formats: none).
+#if defined(GK_FMT_Q5_0)
+#define GK_N_HIGH(hb, buf, b, p) \
+    { \
+        uint gk_qh_ = GK_U16_A2(buf, (b) + 2u) | (GK_U16_A2(buf, (b) + 4u) << 16u); \
+        hb = ((gk_qh_ >> (8u * (p))) & 0xFFu) | (((gk_qh_ >> (16u + 8u * (p))) & 0xFFu) << 8u); \
+    }
+#elif defined(GK_FMT_Q5_1)
+#define GK_N_HIGH(hb, buf, b, p) \
+    { \
+        uint gk_qh_ = buf[((b) >> 2u) + 1u]; \
+        hb = ((gk_qh_ >> (8u * (p))) & 0xFFu) | (((gk_qh_ >> (16u + 8u * (p))) & 0xFFu) << 8u); \
+    }
+#else
+#define GK_N_HIGH(hb, buf, b, p) hb = 0u;
+#endif
+// Q4_0 and Q5_0 scale q minus a bias (exact), Q4_1 and Q5_1 add the min with a fused
+// multiply-add.
+#if defined(GK_FMT_Q4_0)
+#define GK_N_VALUE(v, d, m) gk_small_uint_to_float(v, 8.0f) * d
+#elif defined(GK_FMT_Q5_0)
+#define GK_N_VALUE(v, d, m) gk_small_uint_to_float(v, 16.0f) * d
+#else
+#define GK_N_VALUE(v, d, m) gk_fma(gk_small_uint_to_float(v, 0.0f), d, m)
+#endif
 #define GK_DECODE16(w, buf, blk_b, p, n_valid) \
     { \
-        float2 gk_dm_ = gk_unpack_half2(buf[(blk_b) >> 2u]); \
-        uint gk_qh_ = buf[((blk_b) >> 2u) + 1u] >> (16u * (p)); \
-        uint gk_q_[4]; \
-        GK_LOAD16_A4(gk_q_, buf, (blk_b) + 8u) \
-        uint gk_sh_ = 4u * (p); \
+        float gk_d_; \
+        float gk_m_; \
+        GK_N_DM(gk_d_, gk_m_, buf, blk_b) \
+        uint gk_hb_; \
+        GK_N_HIGH(gk_hb_, buf, blk_b, p) \
+        uint gk_qb_ = (blk_b) + GK_N_QS + 8u * (p); \
+        uint gk_wi_ = gk_qb_ >> 2u; \
+        bool gk_odd_ = (gk_qb_ & 2u) != 0u; \
+        uint gk_a_ = buf[gk_wi_]; \
+        uint gk_b_ = buf[gk_wi_ + 1u]; \
+        uint gk_c_ = buf[gk_wi_ + (gk_odd_ ? 2u : 1u)]; \
+        uint gk_q_[2]; \
+        gk_q_[0] = gk_odd_ ? ((gk_a_ >> 16u) | (gk_b_ << 16u)) : gk_a_; \
+        gk_q_[1] = gk_odd_ ? ((gk_b_ >> 16u) | (gk_c_ << 16u)) : gk_b_; \
         GK_UNROLL for (uint gk_i_ = 0u; gk_i_ < 16u; ++gk_i_) { \
-            uint gk_v_ = ((gk_q_[gk_i_ >> 2u] >> ((gk_i_ & 3u) * 8u + gk_sh_)) & 0xFu) | \
-                         (((gk_qh_ >> gk_i_) & 1u) << 4u); \
-            w[gk_i_] = gk_fma(gk_small_uint_to_float(gk_v_, 0.0f), gk_dm_.x, gk_dm_.y); \
+            uint gk_bi_ = gk_i_ & 7u; \
+            uint gk_sh_ = (gk_bi_ & 3u) * 8u + (gk_i_ < 8u ? 0u : 4u); \
+            uint gk_v_ = ((gk_q_[gk_bi_ >> 2u] >> gk_sh_) & 0xFu) | \
+                         (((gk_hb_ >> gk_i_) & 1u) << 4u); \
+            w[gk_i_] = GK_N_VALUE(gk_v_, gk_d_, gk_m_); \
         } \
     }
 
@@ -234,9 +253,13 @@ GK_INLINE float gk_small_uint_to_float(uint u, float bias) {
         mn = gk_lo_ ? (gk_b_ & 63u) : ((gk_c_ >> 4u) | ((gk_b_ >> 6u) << 4u)); \
     }
 #if defined(GK_FMT_Q4_K)
-#define GK_K_HIGH_BITS(qh, buf, blk_b, p) uint qh[4]; qh[0] = 0u; qh[1] = 0u; qh[2] = 0u; qh[3] = 0u;
+#define GK_K_HIGH_BITS(qh, buf, blk_b, p) \
+    uint qh[4]; \
+    qh[0] = 0u; qh[1] = 0u; qh[2] = 0u; qh[3] = 0u;
 #else
-#define GK_K_HIGH_BITS(qh, buf, blk_b, p) uint qh[4]; GK_LOAD16_A4(qh, buf, (blk_b) + 16u + 16u * ((p) & 1u))
+#define GK_K_HIGH_BITS(qh, buf, blk_b, p) \
+    uint qh[4]; \
+    GK_LOAD16_A4(qh, buf, (blk_b) + 16u + 16u * ((p) & 1u))
 #endif
 #define GK_DECODE16(w, buf, blk_b, p, n_valid) \
     { \
@@ -336,6 +359,11 @@ GK_INLINE float gk_small_uint_to_float(uint u, float bias) {
 #else
 #define GK_FMT_ROW_BYTES(cols) ((cols) / GK_FMT_BS * GK_FMT_BYTES)
 #define GK_FMT_UNITS(cols) ((cols) / GK_UNIT)
+#endif
+// Output i of a unit p is element GK_FMT_ELEM(p, i) of its block (16p + i unless a format
+// says otherwise).
+#ifndef GK_FMT_ELEM
+#define GK_FMT_ELEM(p, i) (16u * (p) + (i))
 #endif
 // The byte of unit u's block within a row starting at byte row_b, and u's place in its block.
 #define GK_FMT_UNIT_BLOCK_BYTE(row_b, u) ((row_b) + ((u) / GK_FMT_UPB) * GK_FMT_BYTES)

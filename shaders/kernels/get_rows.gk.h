@@ -26,10 +26,13 @@ GK_KERNEL(get_rows, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
         for (uint u = GK_LOCAL_ID; u < n_units; u += GK_WG) {
             uint k0 = u * GK_UNIT;
             uint n_valid = args.cols - k0;
+            uint p = GK_FMT_UNIT_PART(u);
             float wv[16];
-            GK_DECODE16(wv, table, GK_FMT_UNIT_BLOCK_BYTE(row_b, u), GK_FMT_UNIT_PART(u), n_valid)
+            GK_DECODE16(wv, table, GK_FMT_UNIT_BLOCK_BYTE(row_b, u), p, n_valid)
+            // Output c is column k0 - 16p + GK_FMT_ELEM(p, c); only ragged rows end mid-unit.
+            uint ub = ob + k0 - GK_UNIT * p;
             GK_UNROLL for (uint c = 0u; c < 16u; ++c)
-                if (c < n_valid) rows_out[ob + k0 + c] = args.scale * wv[c];
+                if (c < n_valid) rows_out[ub + GK_FMT_ELEM(p, c)] = args.scale * wv[c];
         }
     }
 }
