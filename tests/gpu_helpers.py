@@ -116,8 +116,8 @@ def product_cols(fmt: str) -> tuple:
 
 def run_weight_product(g, stamp: str, fmt: str, rows: int, cols: int, n_tok: int,
                        accumulate: bool, groups, seed: int) -> dict:
-    """Run a matvec/matmul stamp (buffers w, x, y; args rows cols n_tok x_off x_stride y_off
-    y_stride accumulate) on random weights with nonzero offsets and strides, and measure it:
+    """Run a matvec/matmul stamp (buffers w, x, y, aux; args rows cols n_tok x_off x_stride
+    y_off y_stride accumulate in_mode aux_off eps, in_mode 0) on random weights with nonzero offsets and strides, and measure it:
     {"err": rel-l2 vs float64, "err_drop": rel-l2 vs the weights with each row's last block
     dropped (negative control), "untouched_ok": bool}."""
     rng = np.random.default_rng(seed)
@@ -130,9 +130,10 @@ def run_weight_product(g, stamp: str, fmt: str, rows: int, cols: int, n_tok: int
         y0 = rng.standard_normal(n_y).astype(np.float32)   # the residual the kernel adds to
     else:
         y0 = nan_filled(n_y)
-    args = pack_args("IIIIIIII", rows, cols, n_tok, x_off, x_stride, y_off, y_stride,
-                     1 if accumulate else 0)
-    out = g.run(stamp, [as_words(raw), x, y0.copy()], args, tuple(groups))
+    args = pack_args("IIIIIIIIIIf", rows, cols, n_tok, x_off, x_stride, y_off, y_stride,
+                     1 if accumulate else 0, 0, 0, 0.0)   # in_mode 0: x as it is
+    out = g.run(stamp, [as_words(raw), x, y0.copy(), np.zeros(1, np.float32)], args,
+                tuple(groups))
     y = np.asarray(out[2], dtype=np.float32)
 
     xs = np.stack([x[x_off + t * x_stride: x_off + t * x_stride + cols] for t in range(n_tok)])

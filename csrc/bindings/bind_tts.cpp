@@ -1,5 +1,6 @@
-// _core.PocketModel: Pocket TTS on the CPU (csrc/tts/pocket/pocket_model.h), and
-// _core.PocketState, a backbone K/V state for the stage-by-stage tests.
+// _core.PocketModel: Pocket TTS on the CPU or a GPU (csrc/tts/pocket/pocket_model.h),
+// _core.PocketState, a backbone K/V state for the stage-by-stage tests, and
+// _core.pocket_gpu_unfit, the GPU seats' admission rules (csrc/tts/pocket/gpu_admission.h).
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -11,8 +12,13 @@
 
 #include "bindings/bindings.h"
 #include "core/errors.h"
+#include "gpu/seat.h"
 #include "llm/kv_cache.h"
+#include "tts/pocket/gpu_admission.h"
 #include "tts/pocket/pocket_model.h"
+#include "tts/pocket/text.h"
+#include "tts/pocket/tokenizer.h"
+#include "core/gguf.h"
 
 namespace py = pybind11;
 
@@ -81,7 +87,12 @@ py::dict config_dict(const pocket::PocketConfig& c) {
 
 }  // namespace
 
+void bind_pocket_text(py::module_& m);  // below: Pocket TTS text handling
+void bind_pocket_gpu(py::module_& m);   // below: the GPU seats' admission rules
+
 void bind_tts(py::module_& m) {
+    bind_pocket_text(m);
+    bind_pocket_gpu(m);
     m.def("pocket_noise", [](uint64_t seed, int64_t n, int64_t width) {
               pocket::NoiseSource src;
               src.seed(seed);
@@ -108,11 +119,32 @@ void bind_tts(py::module_& m) {
     py::class_<PocketModel>(m, "PocketModel",
                             "Pocket TTS on the CPU. Calls are serialized; long ones release the "
                             "GIL. Text comes in as token ids of one chunk.")
-        .def(py::init([](const std::string& path, int n_threads) {
+        .def(py::init([](const std::string& path, int n_threads, const std::string& device) {
                  py::gil_scoped_release nogil;
-                 return std::make_unique<PocketModel>(path, n_threads);
+                 return std::make_unique<PocketModel>(path, n_threads, device);
              }),
-             py::arg("path"), py::arg("n_threads") = 0)
+             py::arg("path"), py::arg("n_threads") = 0, py::arg("device") = "cpu",
+             "device cpu|vulkan|vulkan:N|vulkan:NAME: on a GPU the prompt, frames and codec "
+             "stages are seats that fall back to the CPU when they decline.")
+        .def_property_readonly("device_name", &PocketModel::device_name)
+        .def("seat_stats", [](const PocketModel& s) {
+                 py::dict out;
+                 for (const auto& [name, st] : s.seat_stats()) {
+                     py::dict declined;
+                     for (int i = 0; i < gpu::kDeclineKinds; ++i)
+                         declined[gpu::decline_name(gpu::Decline(i))] = st.declined[size_t(i)];
+                     py::dict d;
+                     d["served"] = st.served;
+                     d["declined"] = declined;
+                     d["dispatches"] = st.dispatches;
+                     d["uploads"] = st.uploads;
+                     out[name.c_str()] = d;
+                 }
+                 return out;
+             },
+             "Per seat (prompt, frames, codec): served, declined by reason, dispatches, uploads.")
+        .def("set_seat_enabled", &PocketModel::set_seat_enabled, py::arg("seat"), py::arg("on"),
+             "Turns a GPU seat on or off; a seat that is off declines with reason 'knob'.")
         .def_property_readonly("config", [](const PocketModel& s) { return config_dict(s.config()); })
         .def_property_readonly("n_threads", &PocketModel::n_threads)
         .def_property_readonly("precision", &PocketModel::precision)
@@ -249,6 +281,163 @@ void bind_tts(py::module_& m) {
             py::gil_scoped_release nogil;
             s.close();
         });
+}
+
+// ---------------------------------------------------------------------------------------------
+// _core.PocketTokenizer, _core.PocketTextRules and the pocket_* text functions
+// (csrc/tts/pocket/text.h, tokenizer.h)
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+py::str utf8_str(const std::string& s) {
+    return py::reinterpret_steal<py::str>(
+        PyUnicode_DecodeUTF8(s.data(), py::ssize_t(s.size()), "replace"));
+}
+
+}  // namespace
+
+void bind_pocket_text(py::module_& m) {
+    using pocket::TextRules;
+    using pocket::TextTokenizer;
+    py::class_<TextTokenizer, std::shared_ptr<TextTokenizer>>(m, "PocketTokenizer",
+        "A Pocket TTS GGUF's tokenizer (a tokenizers JSON or a SentencePiece model); ids and "
+        "text as the tokenizers / sentencepiece packages give them.")
+        .def_static("from_gguf", [](const std::string& path) {
+                return pocket::tokenizer_from_gguf(*GGUFFile::open(path));
+            }, py::arg("path"), "Reads pocket.tokenizer.kind and its payload from a GGUF.")
+        .def_static("from_json", [](const std::string& json) {
+                return pocket::tokenizer_from_json(json, "<tokenizers json>");
+            }, py::arg("json"), "A tokenizers JSON (text).")
+        .def_static("from_sentencepiece", [](const py::bytes& proto) {
+                return pocket::tokenizer_from_sentencepiece(std::string(proto),
+                                                            "<sentencepiece model>");
+            }, py::arg("proto"), "A SentencePiece model proto (bytes).")
+        .def("encode", [](const TextTokenizer& t, const std::string& text) {
+                py::gil_scoped_release nogil;
+                return t.encode(text);
+            }, py::arg("text"), "Token ids of text (no special tokens added).")
+        .def("decode", [](const TextTokenizer& t, const std::vector<int32_t>& ids) {
+                std::string s;
+                {
+                    py::gil_scoped_release nogil;
+                    s = t.decode(ids);
+                }
+                return utf8_str(s);
+            }, py::arg("ids"), "Text of token ids (special tokens skipped).")
+        .def("piece", [](const TextTokenizer& t, int32_t id) { return utf8_str(t.piece(id)); },
+             py::arg("id"), "A token's vocabulary text.")
+        .def_property_readonly("n_vocab", &TextTokenizer::n_vocab)
+        .def_property_readonly("unk_id", [](const TextTokenizer& t) -> py::object {
+                if (t.unk_id() < 0) return py::none();
+                return py::int_(t.unk_id());
+            }, "The unknown token's id (None: none).")
+        .def_property_readonly("kind", &TextTokenizer::kind);
+
+    py::class_<TextRules>(m, "PocketTextRules", "The pocket.text.* options of a Pocket TTS GGUF.")
+        .def(py::init([](bool pad, bool semicolons, bool terminal, bool capitalize,
+                         const py::dict& replace) {
+                 TextRules r;
+                 r.pad_with_spaces = pad;
+                 r.remove_semicolons = semicolons;
+                 r.append_terminal_punctuation = terminal;
+                 r.capitalize_first_letter = capitalize;
+                 for (const auto& [k, v] : replace)
+                     r.replace.emplace_back(k.cast<std::string>(), v.cast<std::string>());
+                 return r;
+             }),
+             py::arg("pad_with_spaces") = false, py::arg("remove_semicolons") = false,
+             py::arg("append_terminal_punctuation") = true,
+             py::arg("capitalize_first_letter") = true, py::arg("replace") = py::dict());
+
+    m.def("pocket_prepare_text", [](const std::string& text, const TextRules& rules) {
+              const pocket::PreparedText p = pocket::prepare_text(text, rules);
+              return py::make_tuple(utf8_str(p.text), p.frames_after_eos_guess);
+          }, py::arg("text"), py::arg("rules"),
+          "(normalized text, frames-after-EOS guess) as the package's prepare_text_prompt; "
+          "ValueError for empty text.");
+    m.def("pocket_split_into_chunks",
+          [](const std::string& text, const TextTokenizer& tok, const TextRules& rules,
+             int64_t max_tokens) {
+              std::vector<std::string> chunks;
+              {
+                  py::gil_scoped_release nogil;
+                  chunks = pocket::split_into_chunks(text, tok, rules, max_tokens);
+              }
+              py::list out;
+              for (const auto& c : chunks) out.append(utf8_str(c));
+              return out;
+          }, py::arg("text"), py::arg("tokenizer"), py::arg("rules"), py::arg("max_tokens"),
+          "Chunk texts as the package's split_into_best_sentences.");
+    m.def("pocket_plan_text",
+          [](const std::string& text, const TextTokenizer& tok, const TextRules& rules,
+             int64_t max_tokens) {
+              std::vector<pocket::TextChunk> plan;
+              {
+                  py::gil_scoped_release nogil;
+                  plan = pocket::plan_text(text, tok, rules, max_tokens);
+              }
+              py::list out;
+              for (const auto& c : plan)
+                  out.append(py::make_tuple(utf8_str(c.text), c.ids, c.frames_after_eos_guess));
+              return out;
+          }, py::arg("text"), py::arg("tokenizer"), py::arg("rules"), py::arg("max_tokens"),
+          "[(prepared chunk text, its token ids, frames-after-EOS guess)] for each chunk.");
+}
+
+// ---------------------------------------------------------------------------------------------
+// _core.pocket_gpu_unfit: the GPU seats' admission rules (csrc/tts/pocket/gpu_admission.h)
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// A config for the admission rules from a dict of the few fields they read (the English
+// model's values by default).
+pocket::PocketConfig admission_config(const py::dict& d) {
+    auto get = [&](const std::string& key, int64_t fallback) {
+        return d.contains(key) ? d[py::str(key)].cast<int64_t>() : fallback;
+    };
+    pocket::PocketConfig c;
+    for (auto [tf, prefix] : {std::pair{&c.lm, std::string("lm_")},
+                              std::pair{&c.dec_tf, std::string("dec_")}}) {
+        tf->head_dim = get(prefix + "head_dim", 64);
+        tf->num_heads = get(prefix + "num_heads", prefix == "lm_" ? 16 : 8);
+        tf->num_kv_heads = get(prefix + "num_kv_heads", tf->num_heads);
+        tf->context = get(prefix + "context", prefix == "lm_" ? 0 : 250);
+    }
+    const std::string flow = d.contains("flow_type") ? d["flow_type"].cast<std::string>() : "lsd";
+    c.flow_type = flow == "lsd"             ? pocket::FlowType::kLSD
+                  : flow == "flow_matching" ? pocket::FlowType::kFlowMatching
+                  : flow == "drifting"      ? pocket::FlowType::kDrifting
+                                            : pocket::FlowType::kPointwise;
+    c.upsample_stride = get("upsample_stride", 16);
+    c.dec.kernel_size = get("kernel_size", 7);
+    c.dec.residual_kernel_size = get("residual_kernel_size", 3);
+    c.dec.last_kernel_size = get("last_kernel_size", 3);
+    c.dec.n_residual_layers = get("n_residual_layers", 1);
+    c.dec.dilation_base = get("dilation_base", 2);
+    c.dec.ratios = d.contains("ratios") ? d["ratios"].cast<std::vector<int64_t>>()
+                                        : std::vector<int64_t>{6, 5, 4};
+    return c;
+}
+
+}  // namespace
+
+void bind_pocket_gpu(py::module_& m) {
+    m.def("pocket_gpu_unfit", [](const std::string& seat, const py::dict& shape, int64_t n_past,
+                                 int64_t rows, int64_t capacity) {
+              const pocket::PocketConfig c = admission_config(shape);
+              if (seat == "prompt") return pocket::gpu_prompt_unfit(c, n_past, rows, capacity);
+              if (seat == "frames") return pocket::gpu_frames_unfit(c, n_past, rows, capacity);
+              if (seat == "codec") return pocket::gpu_codec_unfit(c, n_past, rows);
+              throw std::invalid_argument("no seat '" + seat + "' (prompt, frames, codec)");
+          }, py::arg("seat"), py::arg("shape"), py::arg("n_past"), py::arg("rows"),
+          py::arg("capacity") = 0,
+          "The admission rule of a Pocket GPU seat: '' when its kernels cover the call, else "
+          "why not. shape: lm_/dec_ head_dim, num_heads, num_kv_heads, context; flow_type; "
+          "upsample_stride; kernel_size, residual_kernel_size, last_kernel_size, ratios, "
+          "n_residual_layers, dilation_base (the English model's values by default). rows: "
+          "the call's rows (frames for frames and codec); capacity: the slot's positions.");
 }
 
 }  // namespace dasllama::bindings

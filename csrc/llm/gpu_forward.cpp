@@ -58,12 +58,10 @@ GpuForward::GpuForward(const ModelConfig& cfg, const ModelWeights& w,
     const size_t B = size_t(max_batch_), F = sizeof(float);
     const int64_t ff = cfg.n_ff;
     x_ = dev.alloc(B * size_t(cfg.n_embd) * F, "x");
-    xn_ = dev.alloc(B * size_t(cfg.n_embd) * F, "x_norm");
     qkv_ = dev.alloc(B * size_t(cfg.q_dim() + cfg.k_dim() + cfg.v_dim()) * F, "qkv");
     attn_ = dev.alloc(B * size_t(cfg.n_head * cfg.head_dim_v) * F, "attn");
     out_ = dev.alloc(B * size_t(cfg.n_embd) * F, "out");
-    gate_ = dev.alloc(B * size_t(ff) * F, "gate");
-    up_ = dev.alloc(B * size_t(ff) * F, "up");
+    gate_up_ = dev.alloc(B * size_t(2 * ff) * F, "gate_up");
     ids_ = dev.alloc_host(B * sizeof(int32_t), "ids");
     dummy_ = dev.alloc(16, "unused binding");
 
@@ -117,7 +115,7 @@ gpu::Buffer& GpuForward::grow(std::unique_ptr<gpu::Buffer>& buf, size_t bytes, c
 
 void GpuForward::project(gpu::Encoder& e, const DeviceMatrix& m, gpu::Buffer& x, uint32_t x_off,
                          uint32_t x_stride, gpu::Buffer& y, uint32_t y_off, uint32_t y_stride,
-                         int64_t n_tok, bool accumulate) {
+                         int64_t n_tok, bool accumulate, const ProjectionInput& in) {
     const bool vec = n_tok <= kMatvecMaxTokens;
     std::string name = (vec ? "matvec_" : "matmul_") + m.format;
     if (!vec && coopmat_ && gpu::find_stamp(name + "_coopmat")) name += "_coopmat";
@@ -132,10 +130,14 @@ void GpuForward::project(gpu::Encoder& e, const DeviceMatrix& m, gpu::Buffer& x,
         a.y_off = y_off + u32(s.row0);
         a.y_stride = y_stride;
         a.accumulate = accumulate ? 1u : 0u;
+        a.in_mode = in.mode;
+        a.aux_off = in.aux_off;
+        a.eps = float(cfg_.rms_eps);
+        gpu::Buffer* aux = in.aux ? in.aux : dummy_.get();
         if (vec)
-            e.dispatch(st, {s.buffer.get(), &x, &y}, a, ceil_div(s.rows, GK_MATVEC_ROWS));
+            e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a, ceil_div(s.rows, GK_MATVEC_ROWS));
         else
-            e.dispatch(st, {s.buffer.get(), &x, &y}, a, ceil_div(s.rows, GK_MATMUL_TILE_ROWS),
+            e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a, ceil_div(s.rows, GK_MATMUL_TILE_ROWS),
                        ceil_div(n_tok, GK_MATMUL_TILE_TOKS));
     }
 }
@@ -170,12 +172,15 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos
     const uint32_t qd = u32(c.q_dim()), kd = u32(c.k_dim());
     const uint32_t row = u32(c.q_dim() + c.k_dim() + c.v_dim());  // packed [q | k | v]
 
+    // The block's input norm is the projection's input stage.
+    const uint32_t E = u32(c.n_embd);
+    const ProjectionInput normed{1u, l.attn_norm.get(), 0u};
     if (!l.wqkv.splits.empty()) {
-        project(e, l.wqkv, *xn_, 0, u32(c.n_embd), *qkv_, 0, row, n, false);
+        project(e, l.wqkv, *x_, 0, E, *qkv_, 0, row, n, false, normed);
     } else {
-        project(e, l.wq, *xn_, 0, u32(c.n_embd), *qkv_, 0, row, n, false);
-        project(e, l.wk, *xn_, 0, u32(c.n_embd), *qkv_, qd, row, n, false);
-        project(e, l.wv, *xn_, 0, u32(c.n_embd), *qkv_, qd + kd, row, n, false);
+        project(e, l.wq, *x_, 0, E, *qkv_, 0, row, n, false, normed);
+        project(e, l.wk, *x_, 0, E, *qkv_, qd, row, n, false, normed);
+        project(e, l.wv, *x_, 0, E, *qkv_, qd + kd, row, n, false, normed);
     }
     e.barrier();
 
@@ -273,11 +278,9 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
     }
     e.barrier();
 
-    // --- layers.
+    // --- layers: the norms before each projection are its input stage (mm_input.h).
     for (int il = 0; il < int(c.n_layer); ++il) {
         const DeviceLayer& l = weights_.layers[size_t(il)];
-        rmsnorm(e, *x_, 0, *l.attn_norm, n, c.n_embd, *xn_, 0);
-        e.barrier();
         attention_layer(e, il, n, pos0);
         const uint32_t attn_w = u32(c.n_head * c.head_dim_v);
         if (c.post_norms) {
@@ -289,20 +292,22 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
         }
         e.barrier();
 
-        rmsnorm(e, *x_, 0, *l.ffn_norm, n, c.n_embd, *xn_, 0);
-        e.barrier();
         const uint32_t ff = u32(c.n_ff);
-        project(e, l.ffn_gate, *xn_, 0, E, *gate_, 0, ff, n, false);
-        project(e, l.ffn_up, *xn_, 0, E, *up_, 0, ff, n, false);
+        const ProjectionInput normed{1u, l.ffn_norm.get(), 0u};
+        if (!l.ffn_gate_up.splits.empty()) {
+            project(e, l.ffn_gate_up, *x_, 0, E, *gate_up_, 0, 2 * ff, n, false, normed);
+        } else {
+            project(e, l.ffn_gate, *x_, 0, E, *gate_up_, 0, 2 * ff, n, false, normed);
+            project(e, l.ffn_up, *x_, 0, E, *gate_up_, ff, 2 * ff, n, false, normed);
+        }
         e.barrier();
-        eltwise(e, c.gelu_ffn ? "glu_gelu" : "glu_silu", *gate_, 0, *up_, 0, n * c.n_ff, 0.0f);
-        e.barrier();
+        const ProjectionInput gated{c.gelu_ffn ? 3u : 2u, nullptr, ff};
         if (c.post_norms) {
-            project(e, l.ffn_down, *gate_, 0, ff, *out_, 0, E, n, false);
+            project(e, l.ffn_down, *gate_up_, 0, 2 * ff, *out_, 0, E, n, false, gated);
             e.barrier();
             rmsnorm(e, *out_, 0, *l.post_ffn_norm, n, c.n_embd, *x_, 0, "rmsnorm_add");
         } else {
-            project(e, l.ffn_down, *gate_, 0, ff, *x_, 0, E, n, true);
+            project(e, l.ffn_down, *gate_up_, 0, 2 * ff, *x_, 0, E, n, true, gated);
         }
         e.barrier();
     }
@@ -311,13 +316,12 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
     if (logits) {
         const int64_t rows = all_logits ? n : 1;
         const uint32_t first = u32(n - rows);
-        rmsnorm(e, *x_, first * E, *weights_.output_norm, rows, c.n_embd, *xn_, 0);
-        e.barrier();
         const size_t bytes = size_t(rows * c.n_vocab) * sizeof(float);
         gpu::Buffer& dl = grow(logits_, bytes, "logits", false);
         const DeviceMatrix& out_w = weights_.output.splits.empty() ? weights_.token_embd
                                                                    : weights_.output;
-        project(e, out_w, *xn_, 0, E, dl, 0, u32(c.n_vocab), rows, false);
+        project(e, out_w, *x_, first * E, E, dl, 0, u32(c.n_vocab), rows, false,
+                ProjectionInput{1u, weights_.output_norm.get(), 0u});
         e.barrier();
         if (c.final_logit_softcap > 0.0) {
             eltwise(e, "softcap", dl, 0, *dummy_, 0, rows * c.n_vocab, float(c.final_logit_softcap));

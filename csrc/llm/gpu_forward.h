@@ -17,6 +17,14 @@
 
 namespace dasllama {
 
+// What a projection reads as its input (shaders/kernels/mm_input.h): x as is, x RMS-normed
+// with a weight, or the gated activation of a [gate | up] row.
+struct ProjectionInput {
+    uint32_t mode = 0;             // 0 plain, 1 RMSNorm, 2 SiLU-gated, 3 GELU-gated
+    gpu::Buffer* aux = nullptr;    // the norm weight (mode 1)
+    uint32_t aux_off = 0;          // mode 2/3: where the up half starts in the row
+};
+
 class GpuForward {
 public:
     // Throws DeviceError (memory included) when the weights or buffers cannot be placed.
@@ -41,7 +49,7 @@ private:
     void run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits, float* logits);
     void project(gpu::Encoder& e, const DeviceMatrix& m, gpu::Buffer& x, uint32_t x_off,
                  uint32_t x_stride, gpu::Buffer& y, uint32_t y_off, uint32_t y_stride,
-                 int64_t n_tok, bool accumulate);
+                 int64_t n_tok, bool accumulate, const ProjectionInput& in = ProjectionInput());
     void rmsnorm(gpu::Encoder& e, gpu::Buffer& x, uint32_t x_off, gpu::Buffer& w, int64_t rows,
                  int64_t width, gpu::Buffer& y, uint32_t y_off, const char* stamp_name = "rmsnorm");
     void eltwise(gpu::Encoder& e, const char* op, gpu::Buffer& y, uint32_t y_off, gpu::Buffer& x,
@@ -57,7 +65,7 @@ private:
     DeviceWeights weights_;
     std::vector<std::unique_ptr<RopeTab>> ropes_;
     std::vector<size_t> layer_rope_;  // index into ropes_ per layer
-    std::unique_ptr<gpu::Buffer> x_, xn_, qkv_, attn_, out_, gate_, up_, logits_;
+    std::unique_ptr<gpu::Buffer> x_, qkv_, attn_, out_, gate_up_, logits_;
     std::unique_ptr<gpu::Buffer> ids_, embd_in_, logits_host_, dummy_;
     std::vector<std::unique_ptr<gpu::Buffer>> kc_, vc_;
     bool coopmat_ = false;

@@ -144,8 +144,13 @@ DeviceWeights upload_weights(gpu::Device& dev, const ModelConfig& cfg, const Mod
             dl.wv = upload_matrix(dev, l.wv, "attn_v", d.bytes);
         }
         dl.wo = upload_matrix(dev, l.wo, "attn_output", d.bytes);
-        dl.ffn_gate = upload_matrix(dev, l.ffn_gate, "ffn_gate", d.bytes);
-        dl.ffn_up = upload_matrix(dev, l.ffn_up, "ffn_up", d.bytes);
+        // Gate and up likewise as one [gate | up] projection when their formats agree.
+        if (same_layout(l.ffn_gate, l.ffn_up)) {
+            dl.ffn_gate_up = upload_rows(dev, {&l.ffn_gate, &l.ffn_up}, "ffn_gate_up", d.bytes);
+        } else {
+            dl.ffn_gate = upload_matrix(dev, l.ffn_gate, "ffn_gate", d.bytes);
+            dl.ffn_up = upload_matrix(dev, l.ffn_up, "ffn_up", d.bytes);
+        }
         dl.ffn_down = upload_matrix(dev, l.ffn_down, "ffn_down", d.bytes);
         d.layers.push_back(std::move(dl));
     }

@@ -30,8 +30,9 @@ struct DeviceLayer {
         post_ffn_norm;
     std::unique_ptr<gpu::Buffer> bqkv;  // qwen2: the q, k and v biases end to end
     // wq, wk and wv stacked by rows when their formats agree (then wq/wk/wv are empty), else
-    // each alone: either way they write one packed [q | k | v] row per token.
-    DeviceMatrix wqkv, wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down;
+    // each alone: either way they write one packed [q | k | v] row per token. Gate and up
+    // likewise, into one [gate | up] row.
+    DeviceMatrix wqkv, wq, wk, wv, wo, ffn_gate_up, ffn_gate, ffn_up, ffn_down;
 };
 
 struct DeviceWeights {

@@ -14,11 +14,10 @@ The model is a GGUF written by :mod:`dasllama.convert.pocket`. The C++ core runs
 stages (the prompt through the FlowLM backbone, the frame loop of backbone step, EOS head and
 flow head, and the streaming Mimi decoder); see csrc/tts/pocket/pocket_model.h.
 
-Text handling stays in Python: the text is normalized and cut into chunks of at most
-``pocket.chunk_tokens`` tokens as the pocket-tts package does (the rules are in
-:mod:`dasllama.reference.pocket_text`, shared with the reference chain), and tokenized with
-the tokenizer stored in the file by the ``tokenizers`` package (``pip install
-dasllama[tts]``). The C++ core takes the token ids of one chunk at a time.
+Text handling is in C++ too (csrc/tts/pocket/text.h, tokenizer.h): the text is normalized and
+cut into chunks of at most ``pocket.chunk_tokens`` tokens as the pocket-tts package does, and
+tokenized with the tokenizer stored in the file (a ``tokenizers`` JSON or a SentencePiece
+model, read without either package). The core takes the token ids of one chunk at a time.
 
 Noise: each frame's latent starts from sqrt(temperature) times a row of standard normals
 drawn in C++ by a generator seeded with ``seed`` (xoshiro256** and Box-Muller, specified in
@@ -42,57 +41,49 @@ from typing import Iterator, Optional, Union
 import numpy as np
 
 from . import _core, gguf, models
-from .errors import DasllamaError, TTSInputError
+from .errors import TTSInputError
 
 __all__ = ["TTS", "TTSInputError", "add_speak_parser", "DEVICES"]
 
-DEVICES = ("cpu",)           # devices this release runs Pocket TTS on
+DEVICES = ("cpu", "vulkan")  # device kinds this release runs Pocket TTS on ("vulkan:N" picks one)
 _FIRST_STEP_FRAMES = 1       # a stream's first piece: one frame (80 ms), for a quick start
 _STEP_FRAMES = 6             # later pieces: frames decoded per call (about half a second)
 _VOICE_FORMAT = "dasllama-pocket-voice"
 _VOICE_VERSION = 1
 
 
-def _tokenizer_unk_id(tok) -> Optional[int]:
-    """The id the tokenizer gives characters it does not know (None: it has none)."""
-    if tok.kind == "tokenizers":
-        unk = getattr(tok._tok.model, "unk_token", None)
-        return tok._tok.token_to_id(unk) if unk else None
-    return tok._sp.unk_id()
-
-
 class TTS:
-    """A Pocket TTS model on the CPU.
+    """A Pocket TTS model on the CPU or a GPU.
 
     model: a path to a Pocket TTS GGUF (or a name :func:`dasllama.models.find` knows).
-    device: "cpu" (the only one so far). n_threads: 0 uses the physical cores. precision:
-    "f32" (float32 activations everywhere, the default) or "fast" (8-bit activations in the
-    backbone's quantized matrices)."""
+    device: "cpu", "vulkan" (the best GPU), "vulkan:N" or "vulkan:NAME" (None:
+    ``$DASLLAMA_DEVICE``, else "cpu"). On a GPU the prompt, frames and codec stages are seats
+    that fall back to the CPU when they decline (``stats["seats"]`` counts both;
+    ``DASLLAMA_SEAT_FRAMES=0`` and the like turn one off). n_threads: 0 uses the physical
+    cores. precision: "f32" (float32 activations everywhere, the default) or "fast" (8-bit
+    activations in the backbone's quantized matrices; the CPU chain's)."""
 
-    def __init__(self, model: Union[str, os.PathLike], device: str = "cpu", n_threads: int = 0,
-                 precision: str = "f32"):
-        if device not in DEVICES:
+    def __init__(self, model: Union[str, os.PathLike], device: Optional[str] = "cpu",
+                 n_threads: int = 0, precision: str = "f32"):
+        from .gpu import resolve_device
+
+        device = resolve_device(device)
+        if device.split(":", 1)[0] not in DEVICES:
             raise TTSInputError(f"device {device!r}: Pocket TTS runs on {', '.join(DEVICES)}")
         from .reference.pocket import read_config
-        from .reference.pocket_text import TextRules, Tokenizer
 
         self.path = models.find(model)
         with gguf.open(self.path) as f:
             self.config = read_config(f.metadata, str(self.path))
-        try:
-            self._tokenizer = Tokenizer(*self.config["tokenizer"])
-        except ImportError as e:
-            raise DasllamaError(f"{self.path}: reading its {self.config['tokenizer'][0]} "
-                                f"tokenizer needs that package (pip install dasllama[tts]): "
-                                f"{e}") from None
+        self._tokenizer = _core.PocketTokenizer.from_gguf(str(self.path))
         t = self.config["text"]
-        self._rules = TextRules(
+        self._rules = _core.PocketTextRules(
             pad_with_spaces=t["pad_with_spaces"], remove_semicolons=t["remove_semicolons"],
             append_terminal_punctuation=t["append_terminal_punctuation"],
             capitalize_first_letter=t["capitalize_first_letter"],
             replace=dict(zip(t["replace_from"], t["replace_to"])))
-        self._unk = _tokenizer_unk_id(self._tokenizer)
-        self.model = _core.PocketModel(str(self.path), n_threads)
+        self._unk = self._tokenizer.unk_id
+        self.model = _core.PocketModel(str(self.path), n_threads, device)
         self.model.set_precision(precision)
         self.device = device
         self.sample_rate = int(self.config["sample_rate"])
@@ -120,20 +111,13 @@ class TTS:
     def _alphabet(self) -> str:
         """The characters the tokenizer has single tokens for (for error messages)."""
         chars = set()
-        if self._tokenizer.kind == "tokenizers":
-            for token in self._tokenizer._tok.get_vocab():
-                chars.update(token.replace("\u2581", " "))
-        else:
-            sp = self._tokenizer._sp
-            for i in range(sp.vocab_size()):
-                chars.update(sp.id_to_piece(i).replace("\u2581", " "))
+        for i in range(self._tokenizer.n_vocab):
+            chars.update(self._tokenizer.piece(i).replace("\u2581", " "))
         return "".join(sorted(c for c in chars if c.isprintable()))
 
     def plan(self, text: str) -> list[tuple[str, list[int], int]]:
         """(prepared chunk text, its token ids, frames after EOS) for each chunk of ``text``.
         Raises TTSInputError for empty text or characters the tokenizer cannot encode."""
-        from .reference.pocket_text import prepare_text, split_into_chunks
-
         if not isinstance(text, str):
             raise TTSInputError(f"text must be a str, got {type(text).__name__}")
         if not text.strip():
@@ -146,13 +130,10 @@ class TTS:
                 raise TTSInputError(f"text has characters the model's tokenizer cannot encode: "
                                     f"{shown}; it accepts: {self._alphabet()!r}")
         fixed = int(self.config["frames_after_eos"])
-        out = []
-        for chunk in split_into_chunks(text, self._tokenizer, self._rules,
-                                       int(self.config["chunk_tokens"])):
-            prepared, guess = prepare_text(chunk, self._rules)
-            ids = self._tokenizer.encode(prepared)
-            out.append((prepared, ids, fixed if fixed >= 0 else guess + 2))
-        return out
+        plan = _core.pocket_plan_text(text, self._tokenizer, self._rules,
+                                      int(self.config["chunk_tokens"]))
+        return [(prepared, ids, fixed if fixed >= 0 else guess + 2)
+                for prepared, ids, guess in plan]
 
     # -----------------------------------------------------------------------------------------
     # Voices
@@ -257,7 +238,8 @@ class TTS:
     def stream(self, text: str, voice: Optional[str] = None, temperature: float = 0.3,
                seed: Optional[int] = None, *, eos_threshold: Optional[float] = None,
                frames_after_eos: Optional[int] = None, lsd_steps: int = 0,
-               noise: Optional[np.ndarray] = None) -> Iterator[np.ndarray]:
+               noise: Optional[np.ndarray] = None, max_frames: Optional[int] = None,
+               eos: bool = True) -> Iterator[np.ndarray]:
         """Yields float32 audio pieces (mono, ``sample_rate``) as the frames are generated.
 
         voice: a registered voice's name, a path to a .wav or a voice file (registered under
@@ -265,10 +247,18 @@ class TTS:
         the noise generator's seed (None: a fresh one). eos_threshold, frames_after_eos: the
         file's defaults (frames after EOS: the package's guess from the word count) unless
         given. noise: standard-normal rows [n, latent_dim], one per generated frame over all
-        chunks, instead of the generator (for comparing with the reference chain)."""
+        chunks, instead of the generator (for comparing with the reference chain).
+        max_frames: stop after that many frames over all chunks (None: no limit but the
+        model's length cap). eos False: the EOS head never ends a chunk (the threshold
+        becomes +inf), so a chunk runs to max_frames or to its length cap; with both, a
+        one-chunk text gives exactly max_frames frames as long as its cap allows them
+        (``model.frames_cap(n_tokens)``), which is how benchmarks pin the work."""
         temperature = float(temperature)
         if not temperature >= 0:
             raise TTSInputError(f"temperature must be >= 0, got {temperature}")
+        if max_frames is not None and (isinstance(max_frames, bool) or int(max_frames) < 1):
+            raise TTSInputError(f"max_frames must be a positive frame count or None, "
+                                f"got {max_frames!r}")
         voice_name = self._check_voice(voice)
         plan = self.plan(text)
         seed = secrets.randbits(63) if seed is None else int(seed)
@@ -277,22 +267,29 @@ class TTS:
         else:
             self.model.seed_noise(seed)
         threshold = self.config["eos_threshold"] if eos_threshold is None else eos_threshold
+        if not eos:
+            threshold = float("inf")   # no logit exceeds it: only the frame limits end a chunk
+        left = None if max_frames is None else int(max_frames)
         start = time.perf_counter()
         stats = dict(audio_seconds=0.0, wall_seconds=0.0, first_audio_ms=None, frames=0,
                      chunks=len(plan), seed=seed, chunk_frames=[])
         self.stats = stats
         samples = 0
         for prepared, ids, after in plan:
+            if left == 0:
+                break
             self.model.begin_chunk(ids, voice_name, temperature, float(threshold),
                                    int(after if frames_after_eos is None else frames_after_eos),
                                    int(lsd_steps))
             step = _FIRST_STEP_FRAMES if samples == 0 else _STEP_FRAMES
             frames = 0
-            while True:
-                audio, n = self.model.step(step)
+            while left != 0:
+                audio, n = self.model.step(step if left is None else min(step, left))
                 if n == 0:
                     break
                 frames += n
+                if left is not None:
+                    left -= n
                 step = _STEP_FRAMES
                 samples += len(audio)
                 if stats["first_audio_ms"] is None:
@@ -303,6 +300,10 @@ class TTS:
                 yield audio
             stats["chunk_frames"].append(frames)
         stats["wall_seconds"] = time.perf_counter() - start
+        if self.device != "cpu":
+            # {"prompt"|"frames"|"codec": {"served", "declined": {reason: n}, "dispatches",
+            # "uploads"}}, counted since the model was opened
+            stats["seats"] = self.model.seat_stats()
 
     def speak(self, text: str, voice: Optional[str] = None, temperature: float = 0.3,
               seed: Optional[int] = None, **options) -> tuple[np.ndarray, int]:

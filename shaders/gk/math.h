@@ -123,3 +123,26 @@ GK_INLINE float gk_tanh(float x) {
     GK_PRECISE float big = 1.0f - gk_div(2.0f, e + 1.0f);
     return ax < 0.75f ? small : (x < 0.0f ? -big : big);
 }
+
+// 1 / sqrt(sum_sq / n + eps), the RMSNorm scale: the native reciprocal square root (allowed 2
+// ulp) and one Newton step, which leaves ~1 ulp.
+GK_INLINE float gk_rms_inv(float sum_sq, uint n, float eps) {
+    GK_PRECISE float v = gk_div(sum_sq, float(n)) + eps;
+    GK_PRECISE float r = gk_rsqrt(v);
+    GK_PRECISE float inv = (0.5f * r) * (3.0f - v * r * r);
+    return inv;
+}
+
+// The gate activation of a gated FFN, as cpu::swiglu (gelu == 0: g / (1 + exp(-g))) and
+// cpu::geglu_tanh (gelu != 0: g / (1 + exp(-2 sqrt(2/pi) (g + 0.044715 g^3)))), the cube taken
+// left to right as the CPU writes it. Past 80 the exp term is below 1e-33 of the gate: the
+// clamp keeps the divisor finite and normal, as gk_div needs.
+GK_INLINE float gk_gate_act(float g, uint gelu) {
+    GK_PRECISE float e_arg = -g;
+    if (gelu != 0u) {
+        GK_PRECISE float cube = 0.044715f * g * g * g;
+        e_arg = -1.5957691669464111f * (g + cube);
+    }
+    GK_PRECISE float den = 1.0f + exp(gk_min(e_arg, 80.0f));
+    return gk_div(g, den);
+}

@@ -28,17 +28,7 @@ GK_KERNEL(eltwise, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
 #elif GK_ELT_OP == 1
         v = v * args.s;
 #elif GK_ELT_OP == 2 || GK_ELT_OP == 3
-#if GK_ELT_OP == 2
-        GK_PRECISE float e_arg = -v;
-#else
-        // Left to right as the CPU writes it: ((0.044715 * g) * g) * g; 2 sqrt(2 / pi) as a float.
-        GK_PRECISE float cube = 0.044715f * v * v * v;
-        GK_PRECISE float e_arg = -1.5957691669464111f * (v + cube);
-#endif
-        // Past 80 the true value is below 1e-33 of the gate; the clamp keeps exp() and the
-        // divisor finite and normal, as gk_div needs.
-        GK_PRECISE float den = 1.0f + exp(gk_min(e_arg, 80.0f));
-        v = gk_div(v, den) * x[args.x_off + i];
+        v = gk_gate_act(v, GK_ELT_OP == 3 ? 1u : 0u) * x[args.x_off + i];
 #elif GK_ELT_OP == 4
         v = args.s * gk_tanh(gk_div(v, args.s));
 #else

@@ -1,6 +1,7 @@
 // Prefill-time matrix product against a GGUF weight matrix, for many token rows:
 //   y[y_off + t*y_stride + r] (= or +=) sum_k W[r, k] * x[x_off + t*x_stride + k]
-// for r < rows, t < n_tok; the same buffers, arguments and meaning as matvec, any n_tok.
+// for r < rows, t < n_tok; the same buffers, arguments and meaning as matvec (in_mode
+// included: mm_input.h), any n_tok.
 // One stamp per format (GK_FMT_<NAME>, see gk/formats.h).
 //
 // Dispatch: gx = ceil(rows / GK_MATMUL_TILE_ROWS), gy = ceil(n_tok / GK_MATMUL_TILE_TOKS), gz = 1.
@@ -13,6 +14,7 @@
 // scalar layout ran faster than float4 tiles, and 64 tokens per tile faster than 32.)
 // Workgroup memory: (32*64 + 32*65) * 4 = 16.1 KiB.
 #include "../gk/gk.h"
+#include "mm_input.h"
 
 // Tile sizes: the host mirrors them (kMatmulTileRows, kMatmulTileToks) to size the dispatch.
 #define GK_MATMUL_TILE_ROWS 64u
@@ -23,11 +25,13 @@
 #define GK_MATMUL_TOK_BLOCK (GK_MATMUL_TILE_TOKS / 8u)
 #define GK_WG 128
 
-#define GK_BUFFERS(B) B(0, ro, uint, w) B(1, ro, float, x) B(2, rw, float, y)
+#define GK_BUFFERS(B) B(0, ro, uint, w) B(1, ro, float, x) B(2, rw, float, y) B(3, ro, float, aux)
 #define GK_ARGS(A) A(uint, rows) A(uint, cols) A(uint, n_tok) A(uint, x_off) A(uint, x_stride) \
-                   A(uint, y_off) A(uint, y_stride) A(uint, accumulate)
+                   A(uint, y_off) A(uint, y_stride) A(uint, accumulate) A(uint, in_mode) \
+                   A(uint, aux_off) A(float, eps)
 #define GK_SHARED(S) S(float, w_s, GK_MATMUL_BK * GK_MATMUL_TILE_ROWS) \
-                     S(float, x_s, GK_MATMUL_BK * GK_MATMUL_XS_STRIDE)
+                     S(float, x_s, GK_MATMUL_BK * GK_MATMUL_XS_STRIDE) \
+                     S(float, tok_inv, GK_MATMUL_TILE_TOKS)
 
 #ifdef GK_BODY
 GK_KERNEL(matmul, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
@@ -48,6 +52,19 @@ GK_KERNEL(matmul, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     uint tt = tid / 16u;
     float acc[4u * GK_MATMUL_TOK_BLOCK];
     GK_UNROLL for (uint i = 0u; i < 4u * GK_MATMUL_TOK_BLOCK; ++i) acc[i] = 0.0f;
+    // The RMSNorm scale of each token row of the tile (one thread a row: a pass over cols
+    // values, small beside the tile's product).
+    if (args.in_mode == GK_MM_IN_RMSNORM) {
+        if (tid < GK_MATMUL_TILE_TOKS) {
+            float ss = 0.0f;
+            if (tok0 + tid < args.n_tok) {
+                uint xt = args.x_off + (tok0 + tid) * args.x_stride;
+                for (uint k = 0u; k < args.cols; ++k) ss = gk_fma(x[xt + k], x[xt + k], ss);
+            }
+            tok_inv[tid] = gk_rms_inv(ss, args.cols, args.eps);
+        }
+        GK_BARRIER();
+    }
 
     for (uint kb = 0u; kb < args.cols; kb += GK_MATMUL_BK) {
         uint u = kb / GK_UNIT + lu;
@@ -69,8 +86,10 @@ GK_KERNEL(matmul, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
             uint kk = idx % GK_MATMUL_BK;
             uint t = idx / GK_MATMUL_BK;
             float xv = 0.0f;
-            if (tok0 + t < args.n_tok && kb + kk < args.cols)
-                xv = x[args.x_off + (tok0 + t) * args.x_stride + kb + kk];
+            if (tok0 + t < args.n_tok && kb + kk < args.cols) {
+                float inv = args.in_mode == GK_MM_IN_RMSNORM ? tok_inv[t] : 1.0f;
+                GK_MM_INPUT(xv, args.x_off + (tok0 + t) * args.x_stride, kb + kk, inv)
+            }
             x_s[kk * GK_MATMUL_XS_STRIDE + t] = xv;
         }
         GK_BARRIER();

@@ -2,7 +2,8 @@
 //   y[y_off + t*y_stride + r] (= or +=) sum_k W[r, k] * x[x_off + t*x_stride + k]
 // for r < rows, t < n_tok (at most GK_MATVEC_MAX_TOK). W is `rows` rows of `cols` columns in
 // raw GGUF blocks (row r at byte r * row_bytes); accumulate != 0 adds to y (the residual add).
-// One stamp per format (GK_FMT_<NAME>, see gk/formats.h).
+// One stamp per format (GK_FMT_<NAME>, see gk/formats.h). in_mode transforms x as it is read
+// (mm_input.h: an RMSNorm or a gated activation fused in front of the product).
 //
 // Dispatch: gx = ceil(rows / GK_MATVEC_ROWS), gy = gz = 1.
 // A workgroup owns GK_MATVEC_ROWS rows and walks them in chunks of GK_MATVEC_CHUNK columns. Per
@@ -20,6 +21,7 @@
 // from cache. (Holding all tokens' sums at once, 4 x 8 registers, made lavapipe's compile of each
 // stamp several seconds long.)
 #include "../gk/gk.h"
+#include "mm_input.h"
 
 // Rows per workgroup: the host mirrors it (kMatvecRows) to size the dispatch.
 #define GK_MATVEC_ROWS 4u
@@ -30,9 +32,10 @@
 // values (stride 17 between threads) hits distinct banks.
 #define GK_XS(e) ((e) + ((e) >> 4u))
 
-#define GK_BUFFERS(B) B(0, ro, uint, w) B(1, ro, float, x) B(2, rw, float, y)
+#define GK_BUFFERS(B) B(0, ro, uint, w) B(1, ro, float, x) B(2, rw, float, y) B(3, ro, float, aux)
 #define GK_ARGS(A) A(uint, rows) A(uint, cols) A(uint, n_tok) A(uint, x_off) A(uint, x_stride) \
-                   A(uint, y_off) A(uint, y_stride) A(uint, accumulate)
+                   A(uint, y_off) A(uint, y_stride) A(uint, accumulate) A(uint, in_mode) \
+                   A(uint, aux_off) A(float, eps)
 #define GK_SHARED(S) S(float, xs, GK_MATVEC_CHUNK + GK_MATVEC_CHUNK / 16u) \
                      S(float, part, (GK_WG / GK_MIN_SUBGROUP) * GK_MATVEC_ROWS)
 
@@ -56,12 +59,22 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
 
     for (uint t = 0u; t < n_tok; ++t) {
         uint xt = args.x_off + t * args.x_stride;
+        float inv = 1.0f;
+        if (args.in_mode == GK_MM_IN_RMSNORM) {
+            float ss = 0.0f;
+            for (uint k = tid; k < args.cols; k += GK_WG) ss = gk_fma(x[xt + k], x[xt + k], ss);
+            float total;
+            GK_WG_SUM_INTO(total, ss, part, 0u)
+            inv = gk_rms_inv(total, args.cols, args.eps);
+        }
         float acc[GK_MATVEC_ROWS];
         GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) acc[r] = 0.0f;
         for (uint c0 = 0u; c0 < args.cols; c0 += GK_MATVEC_CHUNK) {
             GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) {
                 uint e = tid + j * GK_WG;
-                xs[GK_XS(e)] = c0 + e < args.cols ? x[xt + c0 + e] : 0.0f;
+                float xv = 0.0f;
+                if (c0 + e < args.cols) GK_MM_INPUT(xv, xt, c0 + e, inv)
+                xs[GK_XS(e)] = xv;
             }
             GK_BARRIER();
 #if defined(GK_FMT_F32) || defined(GK_FMT_F16)

@@ -48,9 +48,7 @@ GK_KERNEL(qkv_rope_store, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
         for (uint i = GK_LOCAL_ID; i < hd; i += GK_WG) ss = gk_fma(head[i], head[i], ss);
         float total;
         GK_WG_SUM_INTO(total, ss, part, 0u)
-        GK_PRECISE float mean = gk_div(total, float(hd)) + args.eps;
-        GK_PRECISE float r = gk_rsqrt(mean);
-        GK_PRECISE float inv = (0.5f * r) * (3.0f - mean * r * r);
+        float inv = gk_rms_inv(total, hd, args.eps);
         for (uint i = GK_LOCAL_ID; i < hd; i += GK_WG) {
             GK_PRECISE float xi = head[i] * inv;
             head[i] = xi * (kind == 0u ? q_norm[i] : k_norm[i]);

@@ -28,11 +28,7 @@ GK_KERNEL(rmsnorm, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     for (uint i = GK_LOCAL_ID; i < args.n; i += GK_WG) ss = gk_fma(x[xb + i], x[xb + i], ss);
     float total;
     GK_WG_SUM_INTO(total, ss, part, 0u)
-    GK_PRECISE float v = gk_div(total, float(args.n)) + args.eps;
-    // One Newton step on the native reciprocal square root (allowed 2 ulp) leaves ~1 ulp.
-    GK_PRECISE float r = gk_rsqrt(v);
-    GK_PRECISE float h = 0.5f * r;
-    GK_PRECISE float inv = h * (3.0f - v * r * r);
+    float inv = gk_rms_inv(total, args.n, args.eps);
     for (uint i = GK_LOCAL_ID; i < args.n; i += GK_WG) {
         GK_PRECISE float xi = x[xb + i] * inv;
 #if GK_RMSNORM_ADD

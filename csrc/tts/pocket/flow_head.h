@@ -34,11 +34,14 @@ public:
     void run(const float* cond, const float* eps, float temperature, int64_t steps,
              float* latent, ThreadPool& pool);
 
+    // The mean time embedding of each Euler step of a `steps`-step run, [steps, W] (the GPU
+    // flow head takes it from here).
+    const std::vector<float>& time_sums(int64_t steps, ThreadPool& pool);
+
 private:
     // The velocity v(c, times, x) with the time embedding mean `tsum` (nullptr: none).
     void velocity(const float* cond_y, const float* tsum, const float* x, float* v,
                   ThreadPool& pool);
-    const std::vector<float>& time_sums(int64_t steps, ThreadPool& pool);
     void time_embedding(int64_t j, double t, float* out, ThreadPool& pool);
 
     const PocketConfig& c_;

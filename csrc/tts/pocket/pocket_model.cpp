@@ -1,6 +1,7 @@
 #include "tts/pocket/pocket_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "core/errors.h"
@@ -8,13 +9,14 @@
 #include "core/thread_pool.h"
 #include "tts/pocket/backbone.h"
 #include "tts/pocket/flow_head.h"
+#include "tts/pocket/gpu_seats.h"
 #include "tts/pocket/mimi_decoder.h"
 #include "tts/pocket/voice_encoder.h"
 #include "tts/pocket/weights.h"
 
 namespace dasllama::pocket {
 
-PocketModel::PocketModel(const std::string& path, int n_threads) {
+PocketModel::PocketModel(const std::string& path, int n_threads, const std::string& device) {
     file_ = GGUFFile::open(path);
     cfg_ = read_pocket_config(*file_);
     weights_ = std::make_unique<PocketWeights>(load_pocket_weights(file_, cfg_));
@@ -23,6 +25,7 @@ PocketModel::PocketModel(const std::string& path, int n_threads) {
     flow_ = std::make_unique<FlowHead>(cfg_, *weights_);
     decoder_ = std::make_unique<MimiDecoder>(cfg_, *weights_, pool_->size());
     noise_.seed(0);
+    if (device != "cpu") gpu_ = std::make_unique<PocketGpu>(cfg_, *weights_, device);
 }
 
 PocketModel::~PocketModel() = default;
@@ -145,6 +148,11 @@ void PocketModel::begin_chunk(const int32_t* ids, int64_t n, const std::string& 
     // Forget the previous chunk: the state's fill length goes back to the voice's rows.
     if (*state) (*state)->truncate(keep);
     backbone_->ensure_capacity(*state, keep + n + cap);
+    ++generation_;
+    if (gpu_) {
+        gpu_->admit_prompt();  // declines for now: the CPU computes the prompt
+        gpu_->begin_chunk(**state, generation_);
+    }
     backbone_->prompt(**state, rows.data(), n, *pool_);
 
     voice_ = voice;
@@ -168,12 +176,17 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
     int64_t made = 0;
     cond_.resize(size_t(Z));
     eps_.resize(size_t(L));
+    bool on_gpu = gpu_ != nullptr;
     while (!done_ && made < max_frames) {
         const int64_t g = frame_;
         const int64_t after = params_.frames_after_eos;
         if (g >= record_.frames_cap || (record_.eos_frame >= 0 && g >= record_.eos_frame + after)) {
             done_ = true;
             break;
+        }
+        if (on_gpu) {
+            if (step_gpu(state, max_frames - made, batch, made)) continue;
+            on_gpu = false;  // declined: the CPU serves the rest of this call
         }
         backbone_->frame_step(state, latent_.empty() ? nullptr : latent_.data(), cond_.data(),
                               *pool_);
@@ -200,6 +213,7 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
     if (made == 0) return 0;
     const std::vector<float> mimi_in = denormalize(batch.data(), made);
     const size_t start = audio.size();
+    if (gpu_) gpu_->admit_codec();  // declines for now: the CPU decodes
     decoder_->decode(mimi_in.data(), made, audio, *pool_);
     // The package fades each chunk in over its first sample_rate / 200 samples
     // (linspace(0, 1, n): the first sample is silenced, the n-th kept whole).
@@ -207,6 +221,88 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
     for (size_t i = start; i < audio.size() && faded_ < fade; ++i, ++faded_)
         audio[i] *= fade > 1 ? float(double(faded_) / double(fade - 1)) : 1.0f;
     return made;
+}
+
+bool PocketModel::step_gpu(KVCache& state, int64_t budget, std::vector<float>& batch,
+                           int64_t& made) {
+    const int64_t L = cfg_.latent_dim, Z = cfg_.cond_dim(), after = params_.frames_after_eos;
+    int64_t n = std::min({kGpuFramesPerBatch, budget, record_.frames_cap - frame_});
+    if (record_.eos_frame >= 0) n = std::min(n, record_.eos_frame + after - frame_);
+    if (!gpu_->admit_frames(state, n)) return false;
+    const int64_t steps = params_.lsd_steps > 0 ? params_.lsd_steps : cfg_.lsd_decode_steps;
+    const bool noisy = params_.temperature > 0.0f;
+    // Each frame's starting latent, from noise drawn ahead in the CPU chain's order. Frames
+    // past the chunk's end are computed and dropped, so the generator is rewound and then
+    // advanced by the frames kept only: both chains leave it alike.
+    std::vector<float> x0(size_t(n * L), 0.0f);
+    const NoiseSource saved = noise_;
+    if (noisy) {
+        const float std_dev = std::sqrt(params_.temperature);
+        try {
+            for (int64_t j = 0; j < n; ++j) {
+                noise_.next(eps_.data(), L);
+                for (int64_t i = 0; i < L; ++i) x0[size_t(j * L + i)] = std_dev * eps_[size_t(i)];
+            }
+        } catch (const ShapeError&) {
+            // Supplied rows ran out: a frame kept past them throws below, as on the CPU.
+        }
+    }
+    noise_ = saved;
+    std::vector<float> conds(size_t(n * Z)), lats(size_t(n * L));
+    const float* latent_in = latent_.empty() ? weights_->bos.data() : latent_.data();
+    try {
+        gpu_->run_frames(state, generation_, n, latent_in, x0.data(), steps,
+                         flow_->time_sums(steps, *pool_), conds.data(), lats.data());
+    } catch (const DeviceError&) {
+        gpu_->decline("frames", gpu::Decline::gpu_error);
+        return false;
+    }
+    // The CPU chain's frame rules, on the batch's conditioning.
+    int64_t kept = 0;
+    for (; kept < n; ++kept) {
+        const int64_t g = frame_;
+        const float* cond = conds.data() + kept * Z;
+        const float logit = backbone_->eos_logit(cond);
+        if (logit > params_.eos_threshold && record_.eos_frame < 0 &&
+            g >= cfg_.min_frames_before_eos)
+            record_.eos_frame = g;
+        if (record_.eos_frame >= 0 && g >= record_.eos_frame + after) {
+            done_ = true;
+            break;
+        }
+        if (noisy) noise_.next(eps_.data(), L);
+        latent_.assign(lats.begin() + kept * L, lats.begin() + (kept + 1) * L);
+        record_.conditioning.insert(record_.conditioning.end(), cond, cond + Z);
+        record_.eos_logits.push_back(logit);
+        record_.latents.insert(record_.latents.end(), latent_.begin(), latent_.end());
+        batch.insert(batch.end(), latent_.begin(), latent_.end());
+        ++frame_;
+        ++made;
+    }
+    gpu_->frames_kept(state, kept);
+    return true;
+}
+
+// =============================================================================================
+// GPU seats
+// =============================================================================================
+
+std::string PocketModel::device_name() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return gpu_ ? gpu_->device_name() : "cpu";
+}
+
+std::map<std::string, gpu::SeatStats> PocketModel::seat_stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return gpu_ ? gpu_->stats() : std::map<std::string, gpu::SeatStats>{};
+}
+
+void PocketModel::set_seat_enabled(const std::string& seat, bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!gpu_)
+        throw std::invalid_argument("no seat '" + seat + "' on this model: seats (prompt, "
+                                    "frames, codec) exist on a GPU device, none on the CPU");
+    gpu_->set_enabled(seat, on);
 }
 
 // =============================================================================================
@@ -283,6 +379,7 @@ std::vector<float> PocketModel::denormalize(const float* latents, int64_t n) con
 
 void PocketModel::close() {
     std::lock_guard<std::mutex> lock(mu_);
+    gpu_.reset();
     decoder_.reset();
     flow_.reset();
     backbone_.reset();

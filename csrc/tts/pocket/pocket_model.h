@@ -17,6 +17,9 @@
 // speaker-projected Mimi latents) into a state of its own. A chunk spoken with it appends
 // after those rows; the next chunk truncates the state back to them (nothing is copied).
 //
+// On a GPU device (csrc/tts/pocket/gpu_seats.h) the prompt, frames and codec stages are seats:
+// each call is served on the device or declined with a reason, and the CPU chain serves it.
+//
 // One thread at a time: calls are serialized by a lock.
 #pragma once
 
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "cpu/matmul.h"
+#include "gpu/seat.h"
 #include "llm/kv_cache.h"
 #include "tts/pocket/config.h"
 #include "tts/pocket/noise.h"
@@ -42,6 +46,7 @@ namespace dasllama::pocket {
 class Backbone;
 class FlowHead;
 class MimiDecoder;
+class PocketGpu;
 struct PocketWeights;
 
 struct ChunkParams {
@@ -62,7 +67,9 @@ struct ChunkRecord {
 
 class PocketModel {
 public:
-    PocketModel(const std::string& path, int n_threads = 0);
+    // `device`: "cpu", or a GPU spec for gpu::open_device ("vulkan", "vulkan:N",
+    // "vulkan:NAME"); an unknown or missing device throws DeviceError naming the devices.
+    PocketModel(const std::string& path, int n_threads = 0, const std::string& device = "cpu");
     ~PocketModel();
     PocketModel(const PocketModel&) = delete;
     PocketModel& operator=(const PocketModel&) = delete;
@@ -108,12 +115,23 @@ public:
     std::vector<float> mimi_decode(const float* latents, const std::vector<int64_t>& sizes);
     std::vector<float> denormalize(const float* latents, int64_t n) const;
 
+    // --- GPU seats ---------------------------------------------------------------------------
+    // The device this model was opened on: "cpu" or the GPU's name.
+    std::string device_name() const;
+    // Per-seat counters ("prompt", "frames", "codec"); empty on the CPU.
+    std::map<std::string, gpu::SeatStats> seat_stats() const;
+    // Turns a seat on or off (its knob; DASLLAMA_SEAT_<NAME>=0 sets the default).
+    void set_seat_enabled(const std::string& seat, bool on);
+
     void close();
     bool closed() const { return weights_ == nullptr; }
 
 private:
     void check_open() const;
     KVCache& chunk_state();
+    // The frames seat: a batch of at most `budget` frames on the device. False when it
+    // declined (the CPU takes the call).
+    bool step_gpu(KVCache& state, int64_t budget, std::vector<float>& batch, int64_t& made);
 
     mutable std::mutex mu_;
     PocketConfig cfg_;
@@ -123,7 +141,9 @@ private:
     std::unique_ptr<Backbone> backbone_;
     std::unique_ptr<FlowHead> flow_;
     std::unique_ptr<MimiDecoder> decoder_;
+    std::unique_ptr<PocketGpu> gpu_;
     NoiseSource noise_;
+    uint64_t generation_ = 0;  // counts chunks: the GPU's residency records name theirs
 
     struct Voice {
         std::unique_ptr<KVCache> state;

@@ -1,0 +1,214 @@
+#include "tts/pocket/gpu_weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/errors.h"
+#include "core/formats.h"
+
+namespace dasllama::pocket {
+
+namespace {
+
+size_t round_up4(size_t n) { return (n + 3) & ~size_t(3); }
+
+DeviceBuffer upload_floats(gpu::Device& dev, const std::vector<float>& v, const char* label,
+                           uint64_t& bytes) {
+    if (v.empty()) return nullptr;
+    auto buf = dev.alloc(v.size() * sizeof(float), label);
+    dev.upload(*buf, 0, v.data(), v.size() * sizeof(float));
+    bytes += v.size() * sizeof(float);
+    return buf;
+}
+
+// Rows of raw GGUF blocks, split by rows where one binding cannot address the whole matrix.
+DeviceMatrix upload_rows(gpu::Device& dev, const TypeTraits& type, int64_t rows, int64_t cols,
+                         const uint8_t* data, int64_t row_bytes, const char* label,
+                         uint64_t& bytes) {
+    DeviceMatrix d;
+    d.format = device_format(type);
+    if (d.format.empty())
+        throw Error(std::string(label) + ": format " + type.name + " has no GPU kernel");
+    d.rows = rows;
+    d.cols = cols;
+    d.row_bytes = row_bytes;
+    const uint64_t range = dev.info().max_storage_range;
+    const int64_t per_split = std::max<int64_t>(
+        1, int64_t(std::min<uint64_t>(range, uint64_t(1) << 40) / uint64_t(row_bytes)));
+    for (int64_t r0 = 0; r0 < rows; r0 += per_split) {
+        DeviceMatrix::Split s;
+        s.row0 = r0;
+        s.rows = std::min(per_split, rows - r0);
+        const size_t n = size_t(s.rows * row_bytes);
+        s.buffer = dev.alloc(round_up4(n), label);
+        dev.upload(*s.buffer, 0, data + r0 * row_bytes, n);
+        bytes += n;
+        d.splits.push_back(std::move(s));
+    }
+    return d;
+}
+
+DeviceMatrix upload_matrix(gpu::Device& dev, const cpu::WeightMatrix& m, const char* label,
+                           uint64_t& bytes) {
+    return upload_rows(dev, *m.type, m.rows, m.cols, m.data, m.row_bytes, label, bytes);
+}
+
+DeviceMatrix upload_f32(gpu::Device& dev, const std::vector<float>& v, int64_t rows,
+                        int64_t cols, const char* label, uint64_t& bytes) {
+    static const TypeTraits* f32 = type_traits("F32");
+    return upload_rows(dev, *f32, rows, cols, reinterpret_cast<const uint8_t*>(v.data()),
+                       cols * int64_t(sizeof(float)), label, bytes);
+}
+
+DeviceLinear upload_linear(gpu::Device& dev, const Linear& l, const char* label, uint64_t& bytes) {
+    DeviceLinear d;
+    d.w = upload_matrix(dev, l.w, label, bytes);
+    d.bias = upload_floats(dev, l.bias, label, bytes);
+    return d;
+}
+
+// Rotary frequencies base^(-2i / head_dim) in double, sent as hi/lo float pairs.
+DeviceBuffer rope_freqs(gpu::Device& dev, const TransformerConfig& c, uint64_t& bytes) {
+    const int64_t half = c.head_dim / 2;
+    std::vector<float> f(size_t(2 * half));
+    for (int64_t i = 0; i < half; ++i) {
+        const double freq = std::pow(c.rope_max_period, -2.0 * double(i) / double(c.head_dim));
+        f[size_t(2 * i)] = float(freq);
+        f[size_t(2 * i + 1)] = float(freq - double(float(freq)));
+    }
+    return upload_floats(dev, f, "rope_freqs", bytes);
+}
+
+DeviceTransformer upload_transformer(gpu::Device& dev, const TransformerWeights& w,
+                                     uint64_t& bytes) {
+    DeviceTransformer d;
+    d.cfg = w.cfg;
+    for (const TransformerLayer& l : w.layers) {
+        DeviceTransformerLayer dl;
+        dl.norm1_w = upload_floats(dev, l.norm1.weight, "norm1", bytes);
+        dl.norm1_b = upload_floats(dev, l.norm1.bias, "norm1.bias", bytes);
+        dl.norm2_w = upload_floats(dev, l.norm2.weight, "norm2", bytes);
+        dl.norm2_b = upload_floats(dev, l.norm2.bias, "norm2.bias", bytes);
+        dl.attn_scale = upload_floats(dev, l.attn_scale, "attn_scale", bytes);
+        dl.ffn_scale = upload_floats(dev, l.ffn_scale, "ffn_scale", bytes);
+        dl.wq = upload_matrix(dev, l.wq, "attn_q", bytes);
+        dl.wk = upload_matrix(dev, l.wk, "attn_k", bytes);
+        dl.wv = upload_matrix(dev, l.wv, "attn_v", bytes);
+        dl.wo = upload_matrix(dev, l.wo, "attn_out", bytes);
+        dl.up = upload_matrix(dev, l.up, "ffn_up", bytes);
+        dl.down = upload_matrix(dev, l.down, "ffn_down", bytes);
+        d.layers.push_back(std::move(dl));
+    }
+    d.has_in_proj = w.has_in_proj;
+    d.has_out_proj = w.has_out_proj;
+    if (w.has_in_proj) d.in_proj = upload_matrix(dev, w.in_proj, "in_proj", bytes);
+    if (w.has_out_proj) d.out_proj = upload_matrix(dev, w.out_proj, "out_proj", bytes);
+    d.rope_freqs = rope_freqs(dev, w.cfg, bytes);
+    return d;
+}
+
+// Conv1d (Cout, Cin, K) -> (Cout, K * Cin): one output row is one im2col row times a row.
+DeviceConv upload_conv(gpu::Device& dev, const ConvWeights& w, const char* label,
+                       uint64_t& bytes) {
+    DeviceConv d;
+    d.cout = w.d0;
+    d.cin = w.d1;
+    d.k = w.k;
+    std::vector<float> packed(size_t(d.cout * d.k * d.cin));
+    for (int64_t o = 0; o < d.cout; ++o)
+        for (int64_t i = 0; i < d.cin; ++i)
+            for (int64_t k = 0; k < d.k; ++k)
+                packed[size_t((o * d.k + k) * d.cin + i)] = w.weight[size_t((o * d.cin + i) * d.k + k)];
+    d.w = upload_f32(dev, packed, d.cout, d.k * d.cin, label, bytes);
+    d.bias = upload_floats(dev, w.bias, label, bytes);
+    return d;
+}
+
+// ConvTranspose1d (Cin, Cout, K) -> (K * Cout, Cin): row k * Cout + o is tap k of output o.
+DeviceConv upload_conv_tr(gpu::Device& dev, const ConvWeights& w, const char* label,
+                          uint64_t& bytes) {
+    DeviceConv d;
+    d.cin = w.d0;
+    d.cout = w.d1;
+    d.k = w.k;
+    std::vector<float> packed(size_t(d.k * d.cout * d.cin));
+    for (int64_t i = 0; i < d.cin; ++i)
+        for (int64_t o = 0; o < d.cout; ++o)
+            for (int64_t k = 0; k < d.k; ++k)
+                packed[size_t((k * d.cout + o) * d.cin + i)] = w.weight[size_t((i * d.cout + o) * d.k + k)];
+    d.w = upload_f32(dev, packed, d.k * d.cout, d.cin, label, bytes);
+    d.bias = upload_floats(dev, w.bias, label, bytes);
+    return d;
+}
+
+}  // namespace
+
+std::string pocket_weights_unsupported(const PocketWeights& w) {
+    auto check = [](const cpu::WeightMatrix& m, const std::string& what) -> std::string {
+        if (!m.type || device_format(*m.type).empty())
+            return what + " is " + (m.type ? m.type->name : "missing") +
+                   ", a format the GPU kernels do not read";
+        return "";
+    };
+    for (const TransformerWeights* tw : {&w.lm, &w.dec_tf}) {
+        const char* part = tw == &w.lm ? "lm" : "mimi.dec_tf";
+        for (size_t i = 0; i < tw->layers.size(); ++i) {
+            const TransformerLayer& l = tw->layers[i];
+            for (auto [m, name] : {std::pair{&l.wq, "attn_qkv"}, {&l.wk, "attn_qkv"},
+                                   {&l.wv, "attn_qkv"}, {&l.wo, "attn_out"},
+                                   {&l.up, "ffn_up"}, {&l.down, "ffn_down"}}) {
+                std::string r = check(*m, std::string(part) + ".blk." + std::to_string(i) + "." +
+                                              name + ".weight");
+                if (!r.empty()) return r;
+            }
+        }
+    }
+    return "";
+}
+
+DeviceBackbone upload_backbone(gpu::Device& dev, const PocketConfig& c, const PocketWeights& w) {
+    (void)c;
+    DeviceBackbone d;
+    d.input = upload_matrix(dev, w.input, "lm.input", d.bytes);
+    d.lm = upload_transformer(dev, w.lm, d.bytes);
+    d.out_norm_w = upload_floats(dev, w.out_norm.weight, "lm.out_norm", d.bytes);
+    d.out_norm_b = upload_floats(dev, w.out_norm.bias, "lm.out_norm.bias", d.bytes);
+    d.has_z_proj = w.has_z_proj;
+    if (w.has_z_proj) d.z_proj = upload_matrix(dev, w.z_proj, "lm.z_proj", d.bytes);
+    d.cond = upload_linear(dev, w.cond, "flow.cond", d.bytes);
+    d.flow_input = upload_linear(dev, w.flow_input, "flow.input", d.bytes);
+    d.final_ada = upload_linear(dev, w.final_ada, "flow.final.ada", d.bytes);
+    d.final_out = upload_linear(dev, w.final_out, "flow.final.out", d.bytes);
+    for (const FlowBlockWeights& b : w.blocks) {
+        DeviceFlowBlock db;
+        db.norm_w = upload_floats(dev, b.norm.weight, "flow.res.norm", d.bytes);
+        db.norm_b = upload_floats(dev, b.norm.bias, "flow.res.norm.bias", d.bytes);
+        db.mlp_in = upload_linear(dev, b.mlp_in, "flow.res.mlp_in", d.bytes);
+        db.mlp_out = upload_linear(dev, b.mlp_out, "flow.res.mlp_out", d.bytes);
+        db.ada = upload_linear(dev, b.ada, "flow.res.ada", d.bytes);
+        d.blocks.push_back(std::move(db));
+    }
+    return d;
+}
+
+DeviceMimi upload_mimi(gpu::Device& dev, const PocketConfig& c, const PocketWeights& w) {
+    DeviceMimi d;
+    d.quant_proj = upload_matrix(dev, w.quant_proj, "mimi.quant_proj", d.bytes);
+    if (c.upsample_stride > 1) d.upsample = upload_floats(dev, w.upsample, "mimi.upsample", d.bytes);
+    d.tf = upload_transformer(dev, w.dec_tf, d.bytes);
+    d.in = upload_conv(dev, w.dec.in, "mimi.dec.in", d.bytes);
+    d.out = upload_conv(dev, w.dec.out, "mimi.dec.out", d.bytes);
+    for (size_t s = 0; s < w.dec.resample.size(); ++s) {
+        DeviceSeanetStage st;
+        st.up = upload_conv_tr(dev, w.dec.resample[s], "mimi.dec.up", d.bytes);
+        for (size_t r = 0; r < w.dec.conv1[s].size(); ++r) {
+            st.conv1.push_back(upload_conv(dev, w.dec.conv1[s][r], "mimi.dec.conv1", d.bytes));
+            st.conv2.push_back(upload_conv(dev, w.dec.conv2[s][r], "mimi.dec.conv2", d.bytes));
+        }
+        d.stages.push_back(std::move(st));
+    }
+    return d;
+}
+
+}  // namespace dasllama::pocket

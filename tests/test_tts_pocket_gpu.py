@@ -1,0 +1,316 @@
+"""Pocket TTS on a GPU (csrc/tts/pocket/gpu_*): the seats against the CPU chain and the NumPy
+reference, on the random-weight English model (dasllama.testing.pocket).
+
+The frames seat runs a batch of frames per command buffer (backbone step + flow head); the
+prompt and codec seats are not on the GPU yet and decline with `knob`, so the CPU computes
+the prompt and decodes the audio. The device is lavapipe by name unless
+$DASLLAMA_TEST_VULKAN picks another (tests/gpu_helpers.py); CI=true makes a missing device a
+failure.
+
+Bars (f32 lane, lavapipe): the GPU sums in other orders than the CPU (matrix products split
+over subgroups and workgroups, float32 LayerNorm statistics where the CPU uses double), so
+its errors are float32 rounding carried through the frame loop; each bar is a few times the
+measured maximum (in brackets), printed by each test; frame counts and EOS frames are exact.
+Each negative control is a plausible bug whose error exceeds its bar at least tenfold.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from gpu_helpers import SPEC, in_ci, rel_l2
+
+# Bars (measured on lavapipe, subgroups of 8, in brackets).
+BAR_LATENTS = 1e-6      # frame loop latents, GPU against the CPU chain     [2.2e-7]
+BAR_COND = 1.5e-6       # per-frame conditioning                            [3.2e-7]
+BAR_AUDIO = 5e-7        # audio (the CPU decodes the GPU's latents)         [8.8e-8]
+BAR_REF = 1e-6          # GPU latents against the NumPy reference           [1.8e-7]
+BAR_LANE = 1e-6         # f16 / q8_0 lanes, GPU against the CPU chain       [2.0e-7]
+TEXT = "Hello world."
+OTHER = "This is a short test."
+
+
+def check(name: str, err: float, bar: float, control: float | None = None) -> None:
+    line = f"{name}: rel {err:.2e} (bar {bar:.1e})"
+    if control is not None:
+        line += f", negative control {control:.2e} ({control / bar:.0f}x the bar)"
+    print(line)
+    assert err <= bar, line
+    if control is not None:
+        assert control >= 10 * bar, line
+
+
+def _require(module: str):
+    try:
+        return __import__(module)
+    except ImportError as e:
+        if in_ci():
+            pytest.fail(f"CI needs {module}: {e}")
+        pytest.skip(f"{module} is not installed ({e}); the random test model is built with "
+                    f"pip install torch==2.13.0 pocket-tts==4.0.1 tokenizers")
+
+
+@pytest.fixture(scope="module")
+def fx():
+    for m in ("torch", "pocket_tts", "tokenizers"):
+        _require(m)
+    from dasllama.testing.pocket import shared_fixture
+    return shared_fixture(("f32",))
+
+
+def _open(path, device):
+    from dasllama import _core
+    from dasllama.errors import DeviceError
+    try:
+        m = _core.PocketModel(str(path), 2, device)
+    except DeviceError as e:
+        if in_ci():
+            pytest.fail(f"no Vulkan device matches {device!r}: {e}")
+        pytest.skip(f"no Vulkan device matches {device!r}: {e}")
+    m.set_precision("f32")
+    return m
+
+
+@pytest.fixture(scope="module")
+def cpu(fx):
+    from dasllama import _core
+    m = _core.PocketModel(str(fx.gguf_path("f32")), 2)
+    m.set_precision("f32")
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def gpu(fx):
+    m = _open(fx.gguf_path("f32"), SPEC)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def ids(fx):
+    from dasllama.tts import TTS
+    with TTS(fx.gguf_path("f32"), n_threads=1) as t:
+        return {text: t.plan(text)[0][1] for text in (TEXT, OTHER)}
+
+
+def _seats(model):
+    return model.seat_stats()
+
+
+SEED = 5
+
+
+def _run(model, ids, voice_rows):
+    """The scenario both chains run (lavapipe is slow: ~3 s a frame for this model, so every
+    GPU frame counts). Chunk A, seeded noise, every frame an EOS candidate and no frame after
+    EOS (so the chunk keeps 6 frames and computes a 7th it drops): 3 frames, 1 frame with the
+    frames seat off (the CPU serves it), then 3 more (the last one dropped). Chunk B, another text with a voice, on
+    the same noise stream: 2 frames. Returns (record A, audio A, record B, seat counters after
+    each step)."""
+    on_gpu = bool(model.seat_stats())
+    model.seed_noise(SEED)
+    model.add_voice("v", voice_rows)
+    counters = []
+    audio = []
+    model.begin_chunk(ids[TEXT], "", 0.3, -1e9, 0)
+    for budget, on in ((3, True), (1, False), (3, True)):
+        if on_gpu:
+            model.set_seat_enabled("frames", on)
+        a, n = model.step(budget)
+        audio.append(a)
+        counters.append(_seats(model))
+    if on_gpu:
+        model.set_seat_enabled("frames", True)
+    assert model.step(3)[1] == 0 and model.chunk_done
+    rec_a = model.record()
+    model.begin_chunk(ids[OTHER], "v", 0.3, -1e9, 0)
+    model.step(2)
+    counters.append(_seats(model))
+    rec_b = model.record()
+    model.remove_voice("v")
+    return rec_a, np.concatenate(audio), rec_b, counters
+
+
+@pytest.fixture(scope="module")
+def runs(cpu, gpu, ids):
+    voice = (0.1 * np.random.default_rng(12).standard_normal((5, 1024))).astype(np.float32)
+    before = _seats(gpu)
+    return _run(cpu, ids, voice), _run(gpu, ids, voice), before
+
+
+def test_frames_seat_matches_cpu_chain(runs):
+    """Latents, conditioning, EOS logits, the EOS frame, frame counts and audio against the
+    CPU chain; a second chunk on the same seeded stream (the generator left alike although the
+    GPU drew noise for a frame it dropped). Control: the latents one frame late."""
+    (ca, caudio, cb, _), (ga, gaudio, gb, _), _ = runs
+    assert ga["eos_frame"] == ca["eos_frame"] == 6
+    assert len(ga["latents"]) == len(ca["latents"]) == 6
+    assert len(gaudio) == len(caudio) and len(gb["latents"]) == len(cb["latents"]) == 2
+    check("latents, chunk A", rel_l2(ga["latents"], ca["latents"]), BAR_LATENTS,
+          rel_l2(ga["latents"][1:], ca["latents"][:-1]))
+    check("conditioning, chunk A", rel_l2(ga["conditioning"], ca["conditioning"]), BAR_COND)
+    check("audio, chunk A", rel_l2(gaudio, caudio), BAR_AUDIO)
+    check("latents, chunk B (voice, same noise stream)", rel_l2(gb["latents"], cb["latents"]),
+          BAR_LATENTS, rel_l2(gb["latents"][1:], cb["latents"][:1]))
+    eos = np.abs(np.asarray(ga["eos_logits"]) - ca["eos_logits"]).max()
+    print(f"EOS logits: max abs difference {eos:.2e}")
+    assert eos < 1e-4
+
+
+def test_frames_against_reference(fx, runs, ids):
+    """The GPU chain's chunk A against the NumPy reference (float64) fed the seeded noise."""
+    from dasllama import _core
+    from dasllama.reference.pocket import ReferencePocket
+    _, (ga, _, _, _), _ = runs
+    noise = _core.pocket_noise(SEED, 6, 32).astype(np.float64)
+    with ReferencePocket(fx.gguf_path("f32")) as ref:
+        prepared, _ = ref.chunks(TEXT)[0]
+        assert ref.tokenize(prepared) == ids[TEXT]
+        want = ref.generate_chunk(prepared, 0, None, 0.3, -1e9, noise)
+    assert len(want.latents) == 6 and want.eos_frame == 6
+    check("latents against the reference", rel_l2(ga["latents"], want.latents), BAR_REF,
+          rel_l2(ga["latents"][1:], want.latents[:-1]))
+
+
+def test_counters_prove_the_gpu_served(runs):
+    """Chunk A: the GPU served steps 1 and 3 (3 frames; then 3 frames, the 7th dropped), the
+    CPU step 2 (knob off: one decline); the prompt's rows went up once, then the row the CPU
+    added. Chunk B (another text and a voice): the record was stale, every row went up again.
+    The prompt and codec seats are not on the GPU yet: they decline with `knob`."""
+    _, (_, _, _, c), before = runs
+    f = [x["frames"] for x in [before] + c]
+    assert [f[i + 1]["served"] - f[i]["served"] for i in range(4)] == [1, 0, 1, 1]
+    assert [f[i + 1]["uploads"] - f[i]["uploads"] for i in range(4)] == [1, 0, 1, 1]
+    assert [f[i + 1]["declined"]["knob"] - f[i]["declined"]["knob"] for i in range(4)] == \
+        [0, 1, 0, 0]
+    assert f[4]["dispatches"] - f[0]["dispatches"] > 100 * 8   # 8 frames, ~150 dispatches each
+    assert all(sum(x["declined"][r] for r in ("shape", "device", "memory", "gpu_error")) ==
+               sum(before["frames"]["declined"][r] for r in ("shape", "device", "memory",
+                                                             "gpu_error")) for x in f)
+    end = c[-1]
+    assert end["prompt"]["declined"]["knob"] - before["prompt"]["declined"]["knob"] == 2
+    assert end["codec"]["declined"]["knob"] - before["codec"]["declined"]["knob"] == 4
+    assert end["codec"]["served"] == end["prompt"]["served"] == 0
+
+
+def test_knob_off_falls_back_to_the_cpu(cpu, gpu, ids):
+    """With the frames seat off the CPU serves: the output equals the CPU chain's bit for bit
+    and the seat counts a decline, not a served call."""
+    for m in (cpu, gpu):
+        m.seed_noise(9)
+        m.begin_chunk(ids[TEXT], "", 0.3, -1e9, 0)
+    before = _seats(gpu)
+    gpu.set_seat_enabled("frames", False)
+    try:
+        got = gpu.step(2)
+    finally:
+        gpu.set_seat_enabled("frames", True)
+    want = cpu.step(2)
+    after = _seats(gpu)
+    assert got[1] == want[1] == 2 and np.array_equal(got[0], want[0])
+    assert np.array_equal(gpu.record()["latents"], cpu.record()["latents"])
+    assert after["frames"]["served"] == before["frames"]["served"]
+    assert after["frames"]["declined"]["knob"] - before["frames"]["declined"]["knob"] == 1
+    with pytest.raises(ValueError, match="no seat 'decode'"):
+        gpu.set_seat_enabled("decode", False)
+    with pytest.raises(ValueError, match="none on the CPU"):
+        cpu.set_seat_enabled("frames", False)
+
+
+def test_tts_api_on_the_gpu(fx):
+    from dasllama.tts import TTS
+    with TTS(fx.gguf_path("f32"), n_threads=2) as c:
+        want, _ = c.speak(TEXT, seed=3, max_frames=2)
+        assert "seats" not in c.stats
+    try:
+        t = TTS(fx.gguf_path("f32"), device=SPEC, n_threads=2)
+    except Exception as e:  # noqa: BLE001 - the device error type decides skip or fail below
+        from dasllama.errors import DeviceError
+        if not isinstance(e, DeviceError) or in_ci():
+            raise
+        pytest.skip(f"no Vulkan device matches {SPEC!r}: {e}")
+    with t:
+        audio, _ = t.speak(TEXT, seed=3, max_frames=2)
+        seats = t.stats["seats"]
+    assert len(audio) == len(want)
+    check("TTS.speak on the GPU, 2 frames", rel_l2(audio, want), BAR_AUDIO)
+    assert seats["frames"]["served"] == 2 and seats["frames"]["dispatches"] > 0
+    assert set(seats) == {"prompt", "frames", "codec"}
+
+
+@pytest.mark.parametrize("lane", ["f16", "q8_0"])
+def test_quantized_lanes(fx, lane, ids):
+    """The f16 and q8_0 lanes' backbone matrices decoded in the kernels: the GPU against the
+    CPU chain with float32 activations on the same file."""
+    from dasllama import _core
+    path = fx.gguf_path(lane)
+    noise = np.random.default_rng(14).standard_normal((64, 32))
+    c = _core.PocketModel(str(path), 2)
+    c.set_precision("f32")
+    g = _open(path, SPEC)
+    recs = []
+    try:
+        for m, rows in ((c, noise), (g, noise), (c, noise[1:])):
+            m.set_noise(rows.astype(np.float32))
+            m.begin_chunk(ids[TEXT], "", 0.3, -1e9, 0)
+            assert m.step(2)[1] == 2
+            recs.append(m.record()["latents"])
+    finally:
+        c.close()
+        g.close()
+    want, got, late = recs
+    check(f"{lane} lane latents, 2 frames", rel_l2(got, want), BAR_LANE, rel_l2(late, want))
+
+
+# =============================================================================================
+# The codec's transposed-convolution stamp (its seat is not wired yet: checked on its own)
+# =============================================================================================
+
+# Bar: each output is at most three float32 additions (and a product for the depthwise
+# stamp) in the CPU's order, so it equals float32 NumPy in that order to rounding [0 measured].
+BAR_CONV_TR = 1e-7
+
+
+@pytest.mark.parametrize("depthwise", [False, True], ids=["dense", "depthwise"])
+def test_conv_tr_overlap_add(depthwise):
+    """conv_tr / conv_tr_depthwise against a NumPy overlap-add of a stride-3, kernel-5
+    ConvTranspose1d with a carried tail, a bias and an output offset; control: the tail
+    dropped."""
+    from gpu_helpers import nan_filled, open_gpu, pack_args
+    g = open_gpu()
+    rng = np.random.default_rng(21 + depthwise)
+    T, C, S, K, z_off, out_off = 4, 7, 3, 5, 3, 2
+    tail = rng.standard_normal((K - S, C)).astype(np.float32)
+    bias = rng.standard_normal(C).astype(np.float32)
+    w = rng.standard_normal((C, K)).astype(np.float32)
+    x = rng.standard_normal((T, C)).astype(np.float32)
+    if depthwise:
+        terms = np.einsum("ck,tc->tkc", w, x)               # [T, K, C]
+        z = np.concatenate([np.zeros(z_off, np.float32), x.ravel()])
+    else:
+        terms = rng.standard_normal((T, K, C)).astype(np.float32)
+        z = np.concatenate([np.zeros(z_off, np.float32), terms.ravel()])
+    n_full = T * S + K - S
+
+    def overlap(tail_rows):
+        y = np.zeros((n_full, C), np.float32)
+        y[:K - S] = tail_rows
+        for t in range(T):
+            for k in range(K):
+                y[t * S + k] += terms[t, k]
+        y[:T * S] += bias
+        return y
+
+    args = pack_args("IIIIIII", T, C, S, K, z_off, out_off, 1)
+    out = g.run("conv_tr_depthwise" if depthwise else "conv_tr",
+                [z, w.ravel(), tail.ravel(), bias, nan_filled(out_off + n_full * C + 3)], args,
+                (2, 1, 1))
+    y = np.asarray(out[4])
+    assert np.all(np.isnan(y[:out_off])) and np.all(np.isnan(y[out_off + n_full * C:]))
+    got = y[out_off:out_off + n_full * C].reshape(n_full, C)
+    check(f"conv_tr {'depthwise' if depthwise else 'dense'}", rel_l2(got, overlap(tail)),
+          BAR_CONV_TR, rel_l2(got, overlap(np.zeros_like(tail))))
