@@ -170,6 +170,22 @@ public:
 
 }  // namespace
 
+py::dict seat_stats_dict(const std::map<std::string, gpu::SeatStats>& seats) {
+    py::dict out;
+    for (const auto& [name, st] : seats) {
+        py::dict declined;
+        for (int i = 0; i < gpu::kDeclineKinds; ++i)
+            declined[gpu::decline_name(gpu::Decline(i))] = st.declined[size_t(i)];
+        py::dict d;
+        d["served"] = st.served;
+        d["declined"] = declined;
+        d["dispatches"] = st.dispatches;
+        d["uploads"] = st.uploads;
+        out[name.c_str()] = d;
+    }
+    return out;
+}
+
 void bind_gpu(py::module_& m) {
     m.def("gpu_devices", [] {
         py::list out;

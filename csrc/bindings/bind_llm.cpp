@@ -84,21 +84,7 @@ void bind_llm(py::module_& m) {
              "Opens the model. n_threads 0 uses the physical cores; kv_type f16|f32|q8_0; "
              "device cpu|vulkan|vulkan:N|vulkan:NAME.")
         .def_property_readonly("device_name", &LLMModel::device_name)
-        .def("seat_stats", [](const LLMModel& s) {
-                 py::dict out;
-                 for (const auto& [name, st] : s.seat_stats()) {
-                     py::dict declined;
-                     for (int i = 0; i < gpu::kDeclineKinds; ++i)
-                         declined[gpu::decline_name(gpu::Decline(i))] = st.declined[size_t(i)];
-                     py::dict d;
-                     d["served"] = st.served;
-                     d["declined"] = declined;
-                     d["dispatches"] = st.dispatches;
-                     d["uploads"] = st.uploads;
-                     out[name.c_str()] = d;
-                 }
-                 return out;
-             },
+        .def("seat_stats", [](const LLMModel& s) { return seat_stats_dict(s.seat_stats()); },
              "Per seat (prefill, decode): served, declined by reason, dispatches, uploads.")
         .def("set_seat_enabled", &LLMModel::set_seat_enabled, py::arg("seat"), py::arg("on"),
              "Turns a GPU seat on or off; a seat that is off declines with reason 'knob'.")

@@ -127,21 +127,7 @@ void bind_tts(py::module_& m) {
              "device cpu|vulkan|vulkan:N|vulkan:NAME: on a GPU the prompt, frames and codec "
              "stages are seats that fall back to the CPU when they decline.")
         .def_property_readonly("device_name", &PocketModel::device_name)
-        .def("seat_stats", [](const PocketModel& s) {
-                 py::dict out;
-                 for (const auto& [name, st] : s.seat_stats()) {
-                     py::dict declined;
-                     for (int i = 0; i < gpu::kDeclineKinds; ++i)
-                         declined[gpu::decline_name(gpu::Decline(i))] = st.declined[size_t(i)];
-                     py::dict d;
-                     d["served"] = st.served;
-                     d["declined"] = declined;
-                     d["dispatches"] = st.dispatches;
-                     d["uploads"] = st.uploads;
-                     out[name.c_str()] = d;
-                 }
-                 return out;
-             },
+        .def("seat_stats", [](const PocketModel& s) { return seat_stats_dict(s.seat_stats()); },
              "Per seat (prompt, frames, codec): served, declined by reason, dispatches, uploads.")
         .def("set_seat_enabled", &PocketModel::set_seat_enabled, py::arg("seat"), py::arg("on"),
              "Turns a GPU seat on or off; a seat that is off declines with reason 'knob'.")

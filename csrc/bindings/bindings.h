@@ -3,7 +3,16 @@
 
 #include <pybind11/pybind11.h>
 
+#include <map>
+#include <string>
+
+#include "gpu/seat.h"
+
 namespace dasllama::bindings {
+
+// A model's seat counters as Python sees them (model.stats["seats"]):
+// {seat: {"served", "declined": {reason: n}, "dispatches", "uploads"}}.
+pybind11::dict seat_stats_dict(const std::map<std::string, gpu::SeatStats>& seats);
 
 void bind_errors(pybind11::module_& m);
 void bind_formats(pybind11::module_& m);

@@ -15,23 +15,18 @@ namespace {
 
 namespace gk = gpu::gk_args;
 
-// Token rows at or below which a projection uses the matrix-vector stamps (one pass over the
-// weights for all rows) instead of the tiled matrix-matrix ones; the matvec kernels loop over
-// at most this many rows.
-constexpr int64_t kMatvecMaxTokens = 8;
-// Threads of the element-wise and table kernels (their GK_WG); the grid-stride kernels take
-// at most kMaxGroups groups.
+using gpu::kMatvecMaxTokens;
+using gpu::require_stamp;
+using gpu::stride_groups;
+
+// Threads of the element-wise and table kernels (their GK_WG).
 constexpr uint32_t kEltwiseGroup = 256;
 constexpr uint32_t kRopeTableGroup = 64;
-constexpr uint32_t kMaxGroups = 65535;
 // Query rows per workgroup of attention_prefill (GK_ATTN_TQ of its stamp).
 constexpr int64_t kAttnPrefillRows = 16;
 
 uint32_t u32(int64_t v) { return uint32_t(v); }
 uint32_t ceil_div(int64_t a, int64_t b) { return uint32_t((a + b - 1) / b); }
-uint32_t grid(int64_t items, int64_t per_group) {
-    return std::max<uint32_t>(1, std::min<uint32_t>(ceil_div(items, per_group), kMaxGroups));
-}
 
 const TypeTraits& f16_traits() {
     static const TypeTraits* t = type_traits("F16");
@@ -54,6 +49,7 @@ GpuForward::GpuForward(const ModelConfig& cfg, const ModelWeights& w,
     gpu::Device& dev = *device_;
     weights_ = upload_weights(dev, cfg, w);
     coopmat_ = dev.info().coopmat_khr;
+    dummy_ = dev.alloc(16, "unused binding");
 
     const size_t B = size_t(max_batch_), F = sizeof(float);
     const int64_t ff = cfg.n_ff;
@@ -63,7 +59,6 @@ GpuForward::GpuForward(const ModelConfig& cfg, const ModelWeights& w,
     out_ = dev.alloc(B * size_t(cfg.n_embd) * F, "out");
     gate_up_ = dev.alloc(B * size_t(2 * ff) * F, "gate_up");
     ids_ = dev.alloc_host(B * sizeof(int32_t), "ids");
-    dummy_ = dev.alloc(16, "unused binding");
 
     // One K and one V buffer per layer, f16: [n_ctx][n_head_kv * head_dim].
     for (int64_t i = 0; i < cfg.n_layer; ++i) {
@@ -100,46 +95,11 @@ GpuForward::GpuForward(const ModelConfig& cfg, const ModelWeights& w,
 
 GpuForward::~GpuForward() = default;
 
-const gpu::StampInfo& GpuForward::stamp(const std::string& name) const {
-    const gpu::StampInfo* s = gpu::find_stamp(name);
-    if (!s || !s->spirv) throw DeviceError("GPU forward: this build has no kernel stamp " + name);
-    return *s;
-}
-
 gpu::Buffer& GpuForward::grow(std::unique_ptr<gpu::Buffer>& buf, size_t bytes, const char* label,
                               bool host) {
     if (!buf || buf->size() < bytes)
         buf = host ? device_->alloc_host(bytes, label) : device_->alloc(bytes, label);
     return *buf;
-}
-
-void GpuForward::project(gpu::Encoder& e, const DeviceMatrix& m, gpu::Buffer& x, uint32_t x_off,
-                         uint32_t x_stride, gpu::Buffer& y, uint32_t y_off, uint32_t y_stride,
-                         int64_t n_tok, bool accumulate, const ProjectionInput& in) {
-    const bool vec = n_tok <= kMatvecMaxTokens;
-    std::string name = (vec ? "matvec_" : "matmul_") + m.format;
-    if (!vec && coopmat_ && gpu::find_stamp(name + "_coopmat")) name += "_coopmat";
-    const gpu::StampInfo& st = stamp(name);
-    for (const DeviceMatrix::Split& s : m.splits) {
-        gk::matvec a{};
-        a.rows = u32(s.rows);
-        a.cols = u32(m.cols);
-        a.n_tok = u32(n_tok);
-        a.x_off = x_off;
-        a.x_stride = x_stride;
-        a.y_off = y_off + u32(s.row0);
-        a.y_stride = y_stride;
-        a.accumulate = accumulate ? 1u : 0u;
-        a.in_mode = in.mode;
-        a.aux_off = in.aux_off;
-        a.eps = float(cfg_.rms_eps);
-        gpu::Buffer* aux = in.aux ? in.aux : dummy_.get();
-        if (vec)
-            e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a, ceil_div(s.rows, GK_MATVEC_ROWS));
-        else
-            e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a, ceil_div(s.rows, GK_MATMUL_TILE_ROWS),
-                       ceil_div(n_tok, GK_MATMUL_TILE_TOKS));
-    }
 }
 
 void GpuForward::rmsnorm(gpu::Encoder& e, gpu::Buffer& x, uint32_t x_off, gpu::Buffer& w,
@@ -152,7 +112,7 @@ void GpuForward::rmsnorm(gpu::Encoder& e, gpu::Buffer& x, uint32_t x_off, gpu::B
     a.y_off = y_off;
     a.w_off = 0;
     a.eps = float(cfg_.rms_eps);
-    e.dispatch(stamp(stamp_name), {&x, &w, &y}, a, u32(rows));
+    e.dispatch(require_stamp(stamp_name), {&x, &w, &y}, a, u32(rows));
 }
 
 void GpuForward::eltwise(gpu::Encoder& e, const char* op, gpu::Buffer& y, uint32_t y_off,
@@ -162,7 +122,7 @@ void GpuForward::eltwise(gpu::Encoder& e, const char* op, gpu::Buffer& y, uint32
     a.y_off = y_off;
     a.x_off = x_off;
     a.s = s;
-    e.dispatch(stamp(std::string("eltwise_") + op), {&y, &x}, a, grid(n, kEltwiseGroup));
+    e.dispatch(require_stamp(std::string("eltwise_") + op), {&y, &x}, a, stride_groups(n, kEltwiseGroup));
 }
 
 void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos0) {
@@ -174,13 +134,13 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos
 
     // The block's input norm is the projection's input stage.
     const uint32_t E = u32(c.n_embd);
-    const ProjectionInput normed{1u, l.attn_norm.get(), 0u};
+    const ProjectionInput in = normed(*l.attn_norm);
     if (!l.wqkv.splits.empty()) {
-        project(e, l.wqkv, *x_, 0, E, *qkv_, 0, row, n, false, normed);
+        project(e, l.wqkv, *x_, 0, E, *qkv_, 0, row, n, false, in);
     } else {
-        project(e, l.wq, *x_, 0, E, *qkv_, 0, row, n, false, normed);
-        project(e, l.wk, *x_, 0, E, *qkv_, qd, row, n, false, normed);
-        project(e, l.wv, *x_, 0, E, *qkv_, qd + kd, row, n, false, normed);
+        project(e, l.wq, *x_, 0, E, *qkv_, 0, row, n, false, in);
+        project(e, l.wk, *x_, 0, E, *qkv_, qd, row, n, false, in);
+        project(e, l.wv, *x_, 0, E, *qkv_, qd + kd, row, n, false, in);
     }
     e.barrier();
 
@@ -198,7 +158,7 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos
     r.flags = (c.qk_norm ? 1u : 0u) | (c.qkv_bias ? 2u : 0u);
     r.eps = float(c.rms_eps);
     gpu::Buffer* dummy = dummy_.get();
-    e.dispatch(stamp(c.rope_layout == RopeLayout::Neox ? "qkv_rope_store_neox" : "qkv_rope_store_norm"),
+    e.dispatch(require_stamp(c.rope_layout == RopeLayout::Neox ? "qkv_rope_store_neox" : "qkv_rope_store_norm"),
                {qkv_.get(), rt.tab.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(),
                 c.qk_norm ? l.q_norm.get() : dummy, c.qk_norm ? l.k_norm.get() : dummy,
                 c.qkv_bias ? l.bqkv.get() : dummy},
@@ -221,7 +181,7 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos
     a.out_stride = u32(c.n_head * c.head_dim_v);
     a.scale = c.attn_scale;
     const bool decode = n <= kMatvecMaxTokens;
-    e.dispatch(stamp(decode ? "attention_decode" : "attention_prefill"),
+    e.dispatch(require_stamp(decode ? "attention_decode" : "attention_prefill"),
                {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get()}, a,
                u32(c.n_head), decode ? u32(n) : ceil_div(n, kAttnPrefillRows));
     e.barrier();
@@ -256,7 +216,7 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
         a.ids_off = 0;
         a.out_off = 0;
         a.scale = c.embd_scale;
-        e.dispatch(stamp("get_rows_" + weights_.token_embd.format),
+        e.dispatch(require_stamp("get_rows_" + weights_.token_embd.format),
                    {weights_.token_embd.splits[0].buffer.get(), ids_.get(), x_.get()}, a, u32(n));
     } else {
         gpu::Buffer& in = grow(embd_in_, size_t(max_batch_) * E * sizeof(float), "embd_in", true);
@@ -273,8 +233,8 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
         a.n_half = u32(c.n_rot / 2);
         a.n_tok = u32(n);
         a.pos0 = u32(pos0);
-        e.dispatch(stamp("rope_table"), {r->freqs.get(), r->tab.get()}, a,
-                   grid(n * (c.n_rot / 2), kRopeTableGroup));
+        e.dispatch(require_stamp("rope_table"), {r->freqs.get(), r->tab.get()}, a,
+                   stride_groups(n * (c.n_rot / 2), kRopeTableGroup));
     }
     e.barrier();
 
@@ -293,15 +253,15 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
         e.barrier();
 
         const uint32_t ff = u32(c.n_ff);
-        const ProjectionInput normed{1u, l.ffn_norm.get(), 0u};
+        const ProjectionInput in = normed(*l.ffn_norm);
         if (!l.ffn_gate_up.splits.empty()) {
-            project(e, l.ffn_gate_up, *x_, 0, E, *gate_up_, 0, 2 * ff, n, false, normed);
+            project(e, l.ffn_gate_up, *x_, 0, E, *gate_up_, 0, 2 * ff, n, false, in);
         } else {
-            project(e, l.ffn_gate, *x_, 0, E, *gate_up_, 0, 2 * ff, n, false, normed);
-            project(e, l.ffn_up, *x_, 0, E, *gate_up_, ff, 2 * ff, n, false, normed);
+            project(e, l.ffn_gate, *x_, 0, E, *gate_up_, 0, 2 * ff, n, false, in);
+            project(e, l.ffn_up, *x_, 0, E, *gate_up_, ff, 2 * ff, n, false, in);
         }
         e.barrier();
-        const ProjectionInput gated{c.gelu_ffn ? 3u : 2u, nullptr, ff};
+        const ProjectionInput gated{c.gelu_ffn ? 3u : 2u, nullptr, ff, 0.0f};
         if (c.post_norms) {
             project(e, l.ffn_down, *gate_up_, 0, 2 * ff, *out_, 0, E, n, false, gated);
             e.barrier();
@@ -321,7 +281,7 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
         const DeviceMatrix& out_w = weights_.output.splits.empty() ? weights_.token_embd
                                                                    : weights_.output;
         project(e, out_w, *x_, first * E, E, dl, 0, u32(c.n_vocab), rows, false,
-                ProjectionInput{1u, weights_.output_norm.get(), 0u});
+                normed(*weights_.output_norm));
         e.barrier();
         if (c.final_logit_softcap > 0.0) {
             eltwise(e, "softcap", dl, 0, *dummy_, 0, rows * c.n_vocab, float(c.final_logit_softcap));

@@ -17,13 +17,7 @@
 
 namespace dasllama {
 
-// What a projection reads as its input (shaders/kernels/mm_input.h): x as is, x RMS-normed
-// with a weight, or the gated activation of a [gate | up] row.
-struct ProjectionInput {
-    uint32_t mode = 0;             // 0 plain, 1 RMSNorm, 2 SiLU-gated, 3 GELU-gated
-    gpu::Buffer* aux = nullptr;    // the norm weight (mode 1)
-    uint32_t aux_off = 0;          // mode 2/3: where the up half starts in the row
-};
+using gpu::ProjectionInput;
 
 class GpuForward {
 public:
@@ -49,13 +43,19 @@ private:
     void run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits, float* logits);
     void project(gpu::Encoder& e, const DeviceMatrix& m, gpu::Buffer& x, uint32_t x_off,
                  uint32_t x_stride, gpu::Buffer& y, uint32_t y_off, uint32_t y_stride,
-                 int64_t n_tok, bool accumulate, const ProjectionInput& in = ProjectionInput());
+                 int64_t n_tok, bool accumulate, const ProjectionInput& in = ProjectionInput()) {
+        gpu::project(e, m, x, x_off, x_stride, y, y_off, y_stride, n_tok, accumulate, *dummy_,
+                     coopmat_, in);
+    }
+    // The block norms before a projection, as its input stage.
+    ProjectionInput normed(gpu::Buffer& weight) const {
+        return ProjectionInput{1u, &weight, 0u, float(cfg_.rms_eps)};
+    }
     void rmsnorm(gpu::Encoder& e, gpu::Buffer& x, uint32_t x_off, gpu::Buffer& w, int64_t rows,
                  int64_t width, gpu::Buffer& y, uint32_t y_off, const char* stamp_name = "rmsnorm");
     void eltwise(gpu::Encoder& e, const char* op, gpu::Buffer& y, uint32_t y_off, gpu::Buffer& x,
                  uint32_t x_off, int64_t n, float s);
     void attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos0);
-    const gpu::StampInfo& stamp(const std::string& name) const;
     gpu::Buffer& grow(std::unique_ptr<gpu::Buffer>& buf, size_t bytes, const char* label, bool host);
 
     const ModelConfig& cfg_;

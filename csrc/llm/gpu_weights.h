@@ -1,8 +1,5 @@
-// A text model's weights resident on a GPU: matrices as their raw GGUF blocks (the kernels
-// decode them in place), norms and biases as float32 vectors. Uploaded once at load.
-//
-// A matrix larger than one storage binding can address is split by rows into several buffers
-// (lavapipe stops at 128 MiB; a 262k-token embedding is larger); kernels run once per split.
+// A text model's weights resident on a GPU: matrices as their raw GGUF blocks (gpu/matrix.h),
+// norms and biases as float32 vectors. Uploaded once at load.
 #pragma once
 
 #include <cstdint>
@@ -11,19 +8,12 @@
 #include <vector>
 
 #include "gpu/device.h"
+#include "gpu/matrix.h"
 #include "llm/weights.h"
 
 namespace dasllama {
 
-struct DeviceMatrix {
-    struct Split {
-        std::unique_ptr<gpu::Buffer> buffer;
-        int64_t row0 = 0, rows = 0;
-    };
-    std::string format;  // stamp suffix: "q4_0", "q6_k", "f16", ...
-    int64_t rows = 0, cols = 0, row_bytes = 0;
-    std::vector<Split> splits;
-};
+using gpu::DeviceMatrix;
 
 struct DeviceLayer {
     std::unique_ptr<gpu::Buffer> attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm,
@@ -41,9 +31,6 @@ struct DeviceWeights {
     std::vector<DeviceLayer> layers;
     uint64_t bytes = 0;
 };
-
-// The stamp suffix of a GGUF type the GPU kernels read, or "" when they cannot.
-std::string device_format(const TypeTraits& type);
 
 // Why these weights cannot live on `device` ("" when they can): a matrix format the kernels do
 // not read, names the tensor kind and format.

@@ -5,6 +5,7 @@
 
 #include "core/errors.h"
 #include "gk_args.h"
+#include "gpu/matrix.h"
 
 namespace dasllama::pocket {
 
@@ -12,24 +13,17 @@ namespace {
 
 namespace gk = gpu::gk_args;
 
-// Threads of the grid-stride kernels (their GK_WG) and the most groups one dispatch takes.
+// Threads of the grid-stride kernels (their GK_WG).
 constexpr uint32_t kStrideGroup = 256;
 constexpr uint32_t kRopeTableGroup = 64;
-constexpr uint32_t kMaxGroups = 65535;
 
 uint32_t u32(int64_t v) { return uint32_t(v); }
 uint32_t ceil_div(int64_t a, int64_t b) { return uint32_t((a + b - 1) / b); }
-uint32_t grid(int64_t items, int64_t per_group) {
-    return std::max<uint32_t>(1, std::min<uint32_t>(ceil_div(items, per_group), kMaxGroups));
-}
+uint32_t grid(int64_t items, int64_t per_group) { return gpu::stride_groups(items, per_group); }
 
 }  // namespace
 
-const gpu::StampInfo& pocket_stamp(const std::string& name) {
-    const gpu::StampInfo* s = gpu::find_stamp(name);
-    if (!s || !s->spirv) throw DeviceError("pocket GPU: this build has no kernel stamp " + name);
-    return *s;
-}
+const gpu::StampInfo& pocket_stamp(const std::string& name) { return gpu::require_stamp(name); }
 
 GpuOps::GpuOps(std::shared_ptr<gpu::Device> device) : device_(std::move(device)) {
     dummy_ = device_->alloc(16, "unused binding");
@@ -39,31 +33,7 @@ GpuOps::GpuOps(std::shared_ptr<gpu::Device> device) : device_(std::move(device))
 void GpuOps::linear(gpu::Encoder& e, const DeviceMatrix& m, gpu::Buffer* bias, gpu::Buffer& x,
                     uint32_t x_off, uint32_t x_stride, gpu::Buffer& y, uint32_t y_off,
                     uint32_t y_stride, int64_t n, bool accumulate) {
-    const bool vec = n <= kGpuMatvecMaxRows;
-    std::string name = (vec ? "matvec_" : "matmul_") + m.format;
-    if (!vec && coopmat_ && gpu::find_stamp(name + "_coopmat")) name += "_coopmat";
-    const gpu::StampInfo& st = pocket_stamp(name);
-    // Arguments past these (a fused input transform, where the stamps have one) stay zero:
-    // the plain product. Its extra binding, if any, takes the unused buffer.
-    std::vector<gpu::Buffer*> bound{nullptr, &x, &y};
-    while (bound.size() < st.n_buffers) bound.push_back(dummy_.get());
-    for (const DeviceMatrix::Split& s : m.splits) {
-        bound[0] = s.buffer.get();
-        gk::matvec a{};
-        a.rows = u32(s.rows);
-        a.cols = u32(m.cols);
-        a.n_tok = u32(n);
-        a.x_off = x_off;
-        a.x_stride = x_stride;
-        a.y_off = y_off + u32(s.row0);
-        a.y_stride = y_stride;
-        a.accumulate = accumulate ? 1u : 0u;
-        if (vec)
-            e.dispatch(st, bound, a, ceil_div(s.rows, GK_MATVEC_ROWS));
-        else
-            e.dispatch(st, bound, a, ceil_div(s.rows, GK_MATMUL_TILE_ROWS),
-                       ceil_div(n, GK_MATMUL_TILE_TOKS));
-    }
+    gpu::project(e, m, x, x_off, x_stride, y, y_off, y_stride, n, accumulate, *dummy_, coopmat_);
     if (bias) {
         // As pocket::linear: the product first, then the bias added to it.
         e.barrier();

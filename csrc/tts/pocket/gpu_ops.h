@@ -21,8 +21,6 @@ namespace dasllama::pocket {
 // Largest head_dim and keys per query of attention_f32 (shaders/kernels/attention_f32.gk.h).
 constexpr int64_t kGpuAttnMaxHeadDim = 128;
 constexpr int64_t kGpuAttnMaxKeys = 4096;
-// Token rows at or below which a product uses the matrix-vector stamps.
-constexpr int64_t kGpuMatvecMaxRows = 8;
 
 const gpu::StampInfo& pocket_stamp(const std::string& name);
 

@@ -11,54 +11,18 @@ namespace dasllama::pocket {
 
 namespace {
 
-size_t round_up4(size_t n) { return (n + 3) & ~size_t(3); }
-
-DeviceBuffer upload_floats(gpu::Device& dev, const std::vector<float>& v, const char* label,
-                           uint64_t& bytes) {
-    if (v.empty()) return nullptr;
-    auto buf = dev.alloc(v.size() * sizeof(float), label);
-    dev.upload(*buf, 0, v.data(), v.size() * sizeof(float));
-    bytes += v.size() * sizeof(float);
-    return buf;
-}
-
-// Rows of raw GGUF blocks, split by rows where one binding cannot address the whole matrix.
-DeviceMatrix upload_rows(gpu::Device& dev, const TypeTraits& type, int64_t rows, int64_t cols,
-                         const uint8_t* data, int64_t row_bytes, const char* label,
-                         uint64_t& bytes) {
-    DeviceMatrix d;
-    d.format = device_format(type);
-    if (d.format.empty())
-        throw Error(std::string(label) + ": format " + type.name + " has no GPU kernel");
-    d.rows = rows;
-    d.cols = cols;
-    d.row_bytes = row_bytes;
-    const uint64_t range = dev.info().max_storage_range;
-    const int64_t per_split = std::max<int64_t>(
-        1, int64_t(std::min<uint64_t>(range, uint64_t(1) << 40) / uint64_t(row_bytes)));
-    for (int64_t r0 = 0; r0 < rows; r0 += per_split) {
-        DeviceMatrix::Split s;
-        s.row0 = r0;
-        s.rows = std::min(per_split, rows - r0);
-        const size_t n = size_t(s.rows * row_bytes);
-        s.buffer = dev.alloc(round_up4(n), label);
-        dev.upload(*s.buffer, 0, data + r0 * row_bytes, n);
-        bytes += n;
-        d.splits.push_back(std::move(s));
-    }
-    return d;
-}
+using gpu::upload_floats;
 
 DeviceMatrix upload_matrix(gpu::Device& dev, const cpu::WeightMatrix& m, const char* label,
                            uint64_t& bytes) {
-    return upload_rows(dev, *m.type, m.rows, m.cols, m.data, m.row_bytes, label, bytes);
+    return gpu::upload_matrix(dev, *m.type, m.cols, {{m.data, m.rows}}, label, bytes);
 }
 
 DeviceMatrix upload_f32(gpu::Device& dev, const std::vector<float>& v, int64_t rows,
                         int64_t cols, const char* label, uint64_t& bytes) {
     static const TypeTraits* f32 = type_traits("F32");
-    return upload_rows(dev, *f32, rows, cols, reinterpret_cast<const uint8_t*>(v.data()),
-                       cols * int64_t(sizeof(float)), label, bytes);
+    return gpu::upload_matrix(dev, *f32, cols, {{reinterpret_cast<const uint8_t*>(v.data()), rows}},
+                              label, bytes);
 }
 
 DeviceLinear upload_linear(gpu::Device& dev, const Linear& l, const char* label, uint64_t& bytes) {
@@ -146,7 +110,7 @@ DeviceConv upload_conv_tr(gpu::Device& dev, const ConvWeights& w, const char* la
 
 std::string pocket_weights_unsupported(const PocketWeights& w) {
     auto check = [](const cpu::WeightMatrix& m, const std::string& what) -> std::string {
-        if (!m.type || device_format(*m.type).empty())
+        if (!m.type || gpu::device_format(*m.type).empty())
             return what + " is " + (m.type ? m.type->name : "missing") +
                    ", a format the GPU kernels do not read";
         return "";

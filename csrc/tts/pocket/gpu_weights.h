@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "gpu/device.h"
-#include "llm/gpu_weights.h"
+#include "gpu/matrix.h"
 #include "tts/pocket/config.h"
 #include "tts/pocket/weights.h"
 
 namespace dasllama::pocket {
 
 using DeviceBuffer = std::unique_ptr<gpu::Buffer>;
+using gpu::DeviceMatrix;
 
 struct DeviceLinear {
     DeviceMatrix w;

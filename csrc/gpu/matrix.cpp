@@ -1,0 +1,117 @@
+#include "gpu/matrix.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "core/errors.h"
+#include "gk_args.h"
+
+namespace dasllama::gpu {
+
+namespace {
+
+// Formats with matvec/matmul/get_rows stamps (shaders/stamps.txt).
+constexpr const char* kDeviceFormats[] = {"F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                                          "Q8_0", "Q4_K", "Q5_K", "Q6_K"};
+// Workgroups a dispatch may have in x on every device (Vulkan's required minimum).
+constexpr uint32_t kMaxGroups = 65535;
+
+size_t round_up4(size_t n) { return (n + 3) & ~size_t(3); }
+uint32_t ceil_div(int64_t a, int64_t b) { return uint32_t((a + b - 1) / b); }
+
+}  // namespace
+
+std::string device_format(const TypeTraits& type) {
+    for (const char* f : kDeviceFormats) {
+        if (std::string(type.name) == f) {
+            std::string s = f;
+            for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+            return s;
+        }
+    }
+    return "";
+}
+
+DeviceMatrix upload_matrix(Device& dev, const TypeTraits& type, int64_t cols,
+                           std::initializer_list<HostRows> parts, const char* label,
+                           uint64_t& bytes) {
+    DeviceMatrix d;
+    d.format = device_format(type);
+    if (d.format.empty())
+        throw Error(std::string(label) + ": format " + type.name + " has no GPU kernel");
+    d.cols = cols;
+    d.row_bytes = cols / type.block_size * type.type_size;
+    for (const HostRows& p : parts) d.rows += p.rows;
+    const uint64_t range = dev.info().max_storage_range;
+    const int64_t per_split = std::max<int64_t>(
+        1, int64_t(std::min<uint64_t>(range, uint64_t(1) << 40) / uint64_t(d.row_bytes)));
+    for (int64_t r0 = 0; r0 < d.rows; r0 += per_split) {
+        DeviceMatrix::Split s;
+        s.row0 = r0;
+        s.rows = std::min(per_split, d.rows - r0);
+        s.buffer = dev.alloc(round_up4(size_t(s.rows * d.row_bytes)), label);
+        // Copy the stretch of each part that falls in [r0, r0 + rows).
+        int64_t part_row0 = 0;
+        for (const HostRows& p : parts) {
+            const int64_t lo = std::max(r0, part_row0);
+            const int64_t hi = std::min(r0 + s.rows, part_row0 + p.rows);
+            if (lo < hi)
+                dev.upload(*s.buffer, size_t((lo - r0) * d.row_bytes),
+                           p.data + (lo - part_row0) * d.row_bytes, size_t((hi - lo) * d.row_bytes));
+            part_row0 += p.rows;
+        }
+        bytes += uint64_t(s.rows * d.row_bytes);
+        d.splits.push_back(std::move(s));
+    }
+    return d;
+}
+
+std::unique_ptr<Buffer> upload_floats(Device& dev, const std::vector<float>& v,
+                                      const char* label, uint64_t& bytes) {
+    if (v.empty()) return nullptr;
+    auto buf = dev.alloc(v.size() * sizeof(float), label);
+    dev.upload(*buf, 0, v.data(), v.size() * sizeof(float));
+    bytes += v.size() * sizeof(float);
+    return buf;
+}
+
+const StampInfo& require_stamp(const std::string& name) {
+    const StampInfo* s = find_stamp(name);
+    if (!s || !s->spirv) throw DeviceError("GPU: this build has no kernel stamp " + name);
+    return *s;
+}
+
+uint32_t stride_groups(int64_t items, int64_t per_group) {
+    return std::max<uint32_t>(1, std::min<uint32_t>(ceil_div(items, per_group), kMaxGroups));
+}
+
+void project(Encoder& e, const DeviceMatrix& m, Buffer& x, uint32_t x_off, uint32_t x_stride,
+             Buffer& y, uint32_t y_off, uint32_t y_stride, int64_t n_tok, bool accumulate,
+             Buffer& unused, bool coopmat, const ProjectionInput& in) {
+    const bool vec = n_tok <= kMatvecMaxTokens;
+    std::string name = (vec ? "matvec_" : "matmul_") + m.format;
+    if (!vec && coopmat && find_stamp(name + "_coopmat")) name += "_coopmat";
+    const StampInfo& st = require_stamp(name);
+    Buffer* aux = in.aux ? in.aux : &unused;
+    for (const DeviceMatrix::Split& s : m.splits) {
+        gk_args::matvec a{};
+        a.rows = uint32_t(s.rows);
+        a.cols = uint32_t(m.cols);
+        a.n_tok = uint32_t(n_tok);
+        a.x_off = x_off;
+        a.x_stride = x_stride;
+        a.y_off = y_off + uint32_t(s.row0);
+        a.y_stride = y_stride;
+        a.accumulate = accumulate ? 1u : 0u;
+        a.in_mode = in.mode;
+        a.aux_off = in.aux_off;
+        a.eps = in.eps;
+        if (vec)
+            e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a, ceil_div(s.rows, GK_MATVEC_ROWS));
+        else
+            e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a, ceil_div(s.rows, GK_MATMUL_TILE_ROWS),
+                       ceil_div(n_tok, GK_MATMUL_TILE_TOKS));
+    }
+}
+
+}  // namespace dasllama::gpu

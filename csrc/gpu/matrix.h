@@ -1,0 +1,77 @@
+// Weight matrices resident on a GPU and the products against them, for every model: a matrix
+// is kept as its raw GGUF blocks (the kernels decode them in place), split by rows into several
+// buffers where one storage binding cannot address it all (lavapipe stops at 128 MiB; a
+// 262k-token embedding is larger), and projected with the matvec stamps (a few token rows) or
+// the tiled matmul stamps (many), one dispatch per split.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/formats.h"
+#include "gpu/device.h"
+
+namespace dasllama::gpu {
+
+struct DeviceMatrix {
+    struct Split {
+        std::unique_ptr<Buffer> buffer;
+        int64_t row0 = 0, rows = 0;
+    };
+    std::string format;  // stamp suffix: "q4_0", "q6_k", "f16", ...
+    int64_t rows = 0, cols = 0, row_bytes = 0;
+    std::vector<Split> splits;
+    bool empty() const { return splits.empty(); }
+};
+
+// The stamp suffix of a GGUF type the matrix kernels read, or "" when they cannot.
+std::string device_format(const TypeTraits& type);
+
+// A run of consecutive rows of one matrix in host memory (row r at data + r * row_bytes).
+struct HostRows {
+    const uint8_t* data;
+    int64_t rows;
+};
+
+// Uploads the row-wise concatenation of `parts` (all of `type`, `cols` wide): one matrix, as
+// many splits as the device's storage range needs. Adds the bytes uploaded to `bytes`. Throws
+// Error for a format without kernels, DeviceError when memory runs out.
+DeviceMatrix upload_matrix(Device& dev, const TypeTraits& type, int64_t cols,
+                           std::initializer_list<HostRows> parts, const char* label,
+                           uint64_t& bytes);
+
+// A float32 vector as a buffer (nullptr for an empty one).
+std::unique_ptr<Buffer> upload_floats(Device& dev, const std::vector<float>& v,
+                                      const char* label, uint64_t& bytes);
+
+// What a projection reads as its input (shaders/kernels/mm_input.h): x as is, x RMS-normed
+// with a weight, or the gated activation of a [gate | up] row.
+struct ProjectionInput {
+    uint32_t mode = 0;        // 0 plain, 1 RMSNorm, 2 SiLU-gated, 3 GELU-gated
+    Buffer* aux = nullptr;    // the norm weight (mode 1)
+    uint32_t aux_off = 0;     // mode 1: first weight element; modes 2/3: where the up half starts
+    float eps = 0.0f;         // mode 1
+};
+
+// Token rows at or below which a projection uses the matrix-vector stamps (one pass over the
+// weights for all rows); the matvec kernels loop over at most this many rows.
+constexpr int64_t kMatvecMaxTokens = 8;
+
+// y[y_off + t * y_stride + r] (+)= sum_k W[r, k] * in(x)[x_off + t * x_stride + k] for
+// t < n_tok, recorded into `e`; `unused` is bound where the input stage needs no buffer.
+// Uses the cooperative-matrix stamps for many rows when `coopmat` and this build has them.
+void project(Encoder& e, const DeviceMatrix& m, Buffer& x, uint32_t x_off, uint32_t x_stride,
+             Buffer& y, uint32_t y_off, uint32_t y_stride, int64_t n_tok, bool accumulate,
+             Buffer& unused, bool coopmat, const ProjectionInput& in = ProjectionInput());
+
+// The stamp `name` of this build; DeviceError naming it when the build lacks it.
+const StampInfo& require_stamp(const std::string& name);
+
+// Groups of a grid-stride kernel: enough for one sweep of `items`, at least 1, at most the
+// 65535 every device allows in x.
+uint32_t stride_groups(int64_t items, int64_t per_group);
+
+}  // namespace dasllama::gpu
