@@ -109,9 +109,10 @@ def drop_last_block(dense: np.ndarray, fmt: str) -> np.ndarray:
 def product_cols(fmt: str) -> tuple:
     """Column counts of the product tests: several blocks; for F32/F16 an odd width (a ragged
     tail, rows off word boundaries) and a multiple of 8 (rows 16-byte aligned: the wide-load
-    path)."""
+    path); for the block formats a narrow row (one subgroup a row in matvec) and one past
+    matvec's 2048-column chunk (one thread a unit, two chunks)."""
     bs = block_elems(fmt)
-    return {16: (101, 200), 32: (96,), 256: (768,)}[bs]
+    return {16: (101, 200), 32: (96, 2080), 256: (768, 2304)}[bs]
 
 
 def run_weight_product(g, stamp: str, fmt: str, rows: int, cols: int, n_tok: int,

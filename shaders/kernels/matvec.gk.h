@@ -47,6 +47,22 @@
 #endif
 
 #ifdef GK_BODY
+// s = the dot of unit u (part p) of weight row `row` with xv[16] (the matching x values).
+#if defined(GK_FMT_HAS_WIDE)
+#define GK_MATVEC_DECODE(wv, blk_b, p) GK_DECODE16_WIDE(wv, w4, blk_b, p)
+#else
+// Blocks whose fields are not 16-byte aligned are read in words, in place. (Staging them
+// through workgroup memory with 16-byte loads measured slower on an H200.)
+#define GK_MATVEC_DECODE(wv, blk_b, p) GK_DECODE16(wv, w, blk_b, p, 16u)
+#endif
+#define GK_MATVEC_UNIT_DOT(s, row, u, p, xv) \
+    { \
+        float wv[16]; \
+        uint blk_b_ = GK_FMT_UNIT_BLOCK_BYTE((row) * row_bytes, u); \
+        GK_MATVEC_DECODE(wv, blk_b_, p) \
+        s = 0.0f; \
+        GK_UNROLL for (uint i_ = 0u; i_ < 16u; ++i_) s = gk_fma(wv[i_], xv[i_], s); \
+    }
 GK_WIDE_VIEW_DECL(0, w4)
 GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
 {
@@ -128,28 +144,38 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
                 }
             }
 #else
-            uint u = c0 / GK_UNIT + tid;
-            if (u < n_units) {
-                // Output i of the unit is column ub + GK_FMT_ELEM(p, i) of the chunk.
-                uint p = GK_FMT_UNIT_PART(u);
-                uint ub = tid * GK_UNIT - GK_UNIT * p;
-                float xv[16];
-                GK_UNROLL for (uint i = 0u; i < 16u; ++i) xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
+            // Wide rows: thread i takes unit i of the chunk in all GK_MATVEC_ROWS rows. Narrow
+            // rows (fewer units than threads, e.g. a 576-wide model) would leave most threads
+            // idle that way: there subgroup g takes rows g, g + n_sg, ... and its lanes the
+            // chunk's units. Either way acc[r] holds this thread's part of row r; the reduction
+            // below sums all threads.
+            if (args.cols >= GK_MATVEC_CHUNK) {
+                uint u = c0 / GK_UNIT + tid;
+                if (u < n_units) {
+                    uint p = GK_FMT_UNIT_PART(u);
+                    uint ub = tid * GK_UNIT - GK_UNIT * p;
+                    float xv[16];
+                    GK_UNROLL for (uint i = 0u; i < 16u; ++i) xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
+                    GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) {
+                        if (row0 + r < args.rows) {
+                            float s;
+                            GK_MATVEC_UNIT_DOT(s, row0 + r, u, p, xv)
+                            acc[r] += s;
+                        }
+                    }
+                }
+            } else {
                 GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) {
-                    if (row0 + r < args.rows) {
-                        float wv[16];
-                        uint blk_b = GK_FMT_UNIT_BLOCK_BYTE((row0 + r) * row_bytes, u);
-#if defined(GK_FMT_HAS_WIDE)
-                        GK_DECODE16_WIDE(wv, w4, blk_b, p)
-#else
-                        // Blocks whose fields are not 16-byte aligned are read in words, in
-                        // place. (Staging them through workgroup memory with 16-byte loads
-                        // measured slower on an H200.)
-                        GK_DECODE16(wv, w, blk_b, p, 16u)
-#endif
-                        float s = 0.0f;
-                        GK_UNROLL for (uint i = 0u; i < 16u; ++i) s = gk_fma(wv[i], xv[i], s);
-                        acc[r] += s;
+                    if (r % GK_NUM_SUBGROUPS == GK_SUBGROUP_ID && row0 + r < args.rows) {
+                        for (uint uu = GK_LANE; uu < n_units; uu += GK_SUBGROUP_SIZE) {
+                            uint p = GK_FMT_UNIT_PART(uu);
+                            uint ub = uu * GK_UNIT - GK_UNIT * p;
+                            float xv[16];
+                            GK_UNROLL for (uint i = 0u; i < 16u; ++i) xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
+                            float s;
+                            GK_MATVEC_UNIT_DOT(s, row0 + r, uu, p, xv)
+                            acc[r] += s;
+                        }
                     }
                 }
             }
