@@ -80,40 +80,9 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
             float ss = 0.0f;
             for (uint k = tid; k < args.cols; k += GK_WG) ss = gk_fma(x[xt + k], x[xt + k], ss);
             float total;
-            // Alternate slots: the next token row's reduction may start while a slower
-            // subgroup still reads this one's partials.
-            GK_WG_SUM_INTO(total, ss, part, t & 1u)
+            GK_WG_SUM_INTO(total, ss, part, 0u)
             inv = gk_rms_inv(total, args.cols, args.eps);
         }
-#if !defined(GK_FMT_F32) && !defined(GK_FMT_F16)
-        if (args.cols < GK_MATVEC_CHUNK) {
-            // Narrow rows (fewer units than threads, e.g. a 576-wide model): staging x and the
-            // cross-subgroup reduction would leave most threads idle and add two barriers. One
-            // subgroup a row instead: its lanes take the row's units, read x straight from
-            // memory (cached: every row reads it), and one subgroup sum ends the row.
-            GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) {
-                if (r % GK_NUM_SUBGROUPS == GK_SUBGROUP_ID && row0 + r < args.rows) {
-                    float s = 0.0f;
-                    for (uint uu = GK_LANE; uu < n_units; uu += GK_SUBGROUP_SIZE) {
-                        uint p = GK_FMT_UNIT_PART(uu);
-                        uint ub = uu * GK_UNIT - GK_UNIT * p;
-                        float xv[16];
-                        GK_UNROLL for (uint i = 0u; i < 16u; ++i)
-                            GK_MM_INPUT(xv[i], xt, ub + GK_FMT_ELEM(p, i), inv)
-                        float d;
-                        GK_MATVEC_UNIT_DOT(d, row0 + r, uu, p, xv)
-                        s += d;
-                    }
-                    float sum = gk_subgroup_add(s);
-                    if (GK_LANE == 0u) {
-                        uint yi = args.y_off + t * args.y_stride + row0 + r;
-                        y[yi] = args.accumulate != 0u ? y[yi] + sum : sum;
-                    }
-                }
-            }
-            continue;
-        }
-#endif
         float acc[GK_MATVEC_ROWS];
         GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) acc[r] = 0.0f;
         for (uint c0 = 0u; c0 < args.cols; c0 += GK_MATVEC_CHUNK) {
@@ -175,18 +144,38 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
                 }
             }
 #else
-            uint u = c0 / GK_UNIT + tid;
-            if (u < n_units) {
-                // Output i of the unit is column ub + GK_FMT_ELEM(p, i) of the chunk.
-                uint p = GK_FMT_UNIT_PART(u);
-                uint ub = tid * GK_UNIT - GK_UNIT * p;
-                float xv[16];
-                GK_UNROLL for (uint i = 0u; i < 16u; ++i) xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
+            // Wide rows: thread i takes unit i of the chunk in all GK_MATVEC_ROWS rows. Narrow
+            // rows (fewer units than threads, e.g. a 576-wide model) would leave most threads
+            // idle that way: there subgroup g takes rows g, g + n_sg, ... and its lanes the
+            // chunk's units. Either way acc[r] holds this thread's part of row r; the reduction
+            // below sums all threads.
+            if (args.cols >= GK_MATVEC_CHUNK) {
+                uint u = c0 / GK_UNIT + tid;
+                if (u < n_units) {
+                    uint p = GK_FMT_UNIT_PART(u);
+                    uint ub = tid * GK_UNIT - GK_UNIT * p;
+                    float xv[16];
+                    GK_UNROLL for (uint i = 0u; i < 16u; ++i) xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
+                    GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) {
+                        if (row0 + r < args.rows) {
+                            float s;
+                            GK_MATVEC_UNIT_DOT(s, row0 + r, u, p, xv)
+                            acc[r] += s;
+                        }
+                    }
+                }
+            } else {
                 GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) {
-                    if (row0 + r < args.rows) {
-                        float s;
-                        GK_MATVEC_UNIT_DOT(s, row0 + r, u, p, xv)
-                        acc[r] += s;
+                    if (r % GK_NUM_SUBGROUPS == GK_SUBGROUP_ID && row0 + r < args.rows) {
+                        for (uint uu = GK_LANE; uu < n_units; uu += GK_SUBGROUP_SIZE) {
+                            uint p = GK_FMT_UNIT_PART(uu);
+                            uint ub = uu * GK_UNIT - GK_UNIT * p;
+                            float xv[16];
+                            GK_UNROLL for (uint i = 0u; i < 16u; ++i) xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
+                            float s;
+                            GK_MATVEC_UNIT_DOT(s, row0 + r, uu, p, xv)
+                            acc[r] += s;
+                        }
                     }
                 }
             }
