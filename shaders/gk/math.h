@@ -29,7 +29,9 @@ GK_INLINE float gk_residual(float a, float q, float b) {
     return r;
 }
 
-// a / b correctly rounded (round to nearest even) for normal-range operands, without the native
+// a / b correctly rounded (round to nearest even) for normal-range operands (quotients within
+// about 2^+-100: below 2^-114 the residual's split halves are subnormal, and devices that flush
+// subnormals lose them), without the native
 // divide (Vulkan allows it 2.5 ulp, Metal's fast path more). A bit-trick seed for 1/b, four
 // Newton steps (relative error ~1e-7 -> ~1 ulp), the quotient refined once, then the one of
 // {q - ulp, q, q + ulp} whose exact residual a - q*b is smallest.
