@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "core/errors.h"
+#include "core/tuning.h"
 #include "gk_args.h"
 
 namespace dasllama::gpu {
@@ -15,6 +16,14 @@ constexpr const char* kDeviceFormats[] = {"F32", "F16", "Q4_0", "Q4_1", "Q5_0", 
                                           "Q8_0", "Q4_K", "Q5_K", "Q6_K"};
 // Workgroups a dispatch may have in x on every device (Vulkan's required minimum).
 constexpr uint32_t kMaxGroups = 65535;
+
+// Where a projection turns from the matrix-vector stamps (each weight read once per token row)
+// to the tiled matrix stamps (weights reused across a tile of rows): the knee depends on the
+// GPU's bandwidth and launch costs. Both compute the same sums in other orders: results agree
+// to rounding whichever is chosen.
+const tuning::Knob& kMatvecMaxTokens = tuning::define(
+    "vulkan.project.matvec_max_tokens", kMatvecTokenLimit, 1, kMatvecTokenLimit,
+    "token rows at or below which projections use the matrix-vector kernels");
 
 size_t round_up4(size_t n) { return (n + 3) & ~size_t(3); }
 uint32_t ceil_div(int64_t a, int64_t b) { return uint32_t((a + b - 1) / b); }
@@ -88,7 +97,7 @@ uint32_t stride_groups(int64_t items, int64_t per_group) {
 void project(Encoder& e, const DeviceMatrix& m, Buffer& x, uint32_t x_off, uint32_t x_stride,
              Buffer& y, uint32_t y_off, uint32_t y_stride, int64_t n_tok, bool accumulate,
              Buffer& unused, bool coopmat, const ProjectionInput& in) {
-    const bool vec = n_tok <= kMatvecMaxTokens;
+    const bool vec = n_tok <= kMatvecMaxTokens.get();
     std::string name = (vec ? "matvec_" : "matmul_") + m.format;
     if (!vec && coopmat && find_stamp(name + "_coopmat")) name += "_coopmat";
     const StampInfo& st = require_stamp(name);

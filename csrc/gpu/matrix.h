@@ -56,9 +56,10 @@ struct ProjectionInput {
     float eps = 0.0f;         // mode 1
 };
 
-// Token rows at or below which a projection uses the matrix-vector stamps (one pass over the
-// weights for all rows); the matvec kernels loop over at most this many rows.
-constexpr int64_t kMatvecMaxTokens = 8;
+// The most token rows the matrix-vector stamps take (GK_MATVEC_MAX_TOK). Projections of at
+// most the knob vulkan.project.matvec_max_tokens rows (default: this) use them, larger ones
+// the tiled matrix stamps.
+constexpr int64_t kMatvecTokenLimit = 8;
 
 // y[y_off + t * y_stride + r] (+)= sum_k W[r, k] * in(x)[x_off + t * x_stride + k] for
 // t < n_tok, recorded into `e`; `unused` is bound where the input stage needs no buffer.

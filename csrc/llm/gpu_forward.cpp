@@ -15,13 +15,15 @@ namespace {
 
 namespace gk = gpu::gk_args;
 
-using gpu::kMatvecMaxTokens;
 using gpu::require_stamp;
 using gpu::stride_groups;
 
 // Threads of the element-wise and table kernels (their GK_WG).
 constexpr uint32_t kEltwiseGroup = 256;
 constexpr uint32_t kRopeTableGroup = 64;
+// Query rows up to which attention_decode (a workgroup per head and row) serves; longer calls
+// take the tiled attention_prefill.
+constexpr int64_t kAttnDecodeMaxTokens = 8;
 // Query rows per workgroup of attention_prefill (GK_ATTN_TQ of its stamp).
 constexpr int64_t kAttnPrefillRows = 16;
 
@@ -180,7 +182,7 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos
     a.out_off = 0;
     a.out_stride = u32(c.n_head * c.head_dim_v);
     a.scale = c.attn_scale;
-    const bool decode = n <= kMatvecMaxTokens;
+    const bool decode = n <= kAttnDecodeMaxTokens;
     e.dispatch(require_stamp(decode ? "attention_decode" : "attention_prefill"),
                {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get()}, a,
                u32(c.n_head), decode ? u32(n) : ceil_div(n, kAttnPrefillRows));

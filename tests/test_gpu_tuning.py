@@ -1,0 +1,58 @@
+"""The Vulkan projection's tuning knob (vulkan.project.matvec_max_tokens): the engine reads it,
+refuses values outside its range, and gives the same logits (to rounding: the matrix-vector and
+tiled kernels sum in other orders) whichever value is set. Negative control: a different
+prompt's logits differ far beyond that bar."""
+
+import os
+
+import numpy as np
+import pytest
+
+from dasllama import _core
+from dasllama.testing import write_random_model
+
+SPEC = os.environ.get("DASLLAMA_TEST_VULKAN", "vulkan:llvmpipe")
+KNOB = "vulkan.project.matvec_max_tokens"
+BAR = 2e-6   # measured 4e-7 between the two kernel choices on lavapipe (printed)
+
+
+@pytest.fixture
+def model(tmp_path):
+    names = [d["name"] for d in _core.gpu_devices()]
+    if not names:
+        why = f"no Vulkan device ({_core.gpu_unavailable_reason()})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    path = write_random_model(tmp_path / "m.gguf", "llama", weight_type="Q8_0", seed=5)
+    m = _core.LLMModel(str(path), n_ctx=64, n_threads=2, device=SPEC)
+    yield m
+    m.close()
+    _core.tuning_reset(KNOB)
+
+
+def _rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def test_knob_is_read_and_results_do_not_depend_on_it(model):
+    prompt = [(3 * i + 1) % 500 for i in range(6)]
+    model.reset()
+    default = model.eval(prompt, all_logits=True)          # 6 rows: matrix-vector kernels
+    _core.tuning_set(KNOB, 1)
+    assert _core.tuning_get(KNOB) == 1
+    model.reset()
+    tiled = model.eval(prompt, all_logits=True)            # now the tiled kernels
+    model.reset()
+    other = model.eval(prompt[::-1], all_logits=True)
+    err, control = _rel(tiled, default), _rel(other, default)
+    print(f"{KNOB}=1 vs default: rel-l2 {err:.1e} (bar {BAR}); other prompt {control:.2f}")
+    assert err < BAR
+    assert control > 10 * BAR
+
+
+def test_knob_refuses_values_outside_its_range(model):
+    with pytest.raises(ValueError, match=KNOB):
+        _core.tuning_set(KNOB, 9)
+    with pytest.raises(ValueError, match=KNOB):
+        _core.tuning_set(KNOB, 0)
