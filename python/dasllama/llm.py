@@ -152,7 +152,7 @@ class LLM:
         "uploads"}}, counted since the model was opened."""
         out = dict(self._stats)
         seats = getattr(self._model, "seat_stats", None) if self._model is not None else None
-        if seats is not None:
+        if out and seats is not None and seats():
             out["seats"] = seats()
         return out
 
