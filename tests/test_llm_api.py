@@ -266,7 +266,7 @@ def test_close_device_and_context_manager(tmp_path):
     assert model.closed
     with pytest.raises(dasllama.DasllamaError, match="closed"):
         llm.generate("x")
-    with pytest.raises(DeviceError, match=r"device 'metal' is not available.*'cpu'"):
+    with pytest.raises(DeviceError, match=r"'metal' is not a device: use cpu"):
         LLM(tmp_path / "none.gguf", device="metal")
 
 
