@@ -2,6 +2,7 @@
 
 #include "core/errors.h"
 #include "tts/pocket/gpu_admission.h"
+#include "tts/pocket/gpu_codec.h"
 #include "tts/pocket/gpu_frames.h"
 #include "tts/pocket/gpu_ops.h"
 #include "tts/pocket/gpu_weights.h"
@@ -32,6 +33,16 @@ PocketGpu::PocketGpu(const PocketConfig& c, const PocketWeights& w, const std::s
         backbone_.reset();
         absent_ = gpu::Decline::memory;
         absent_why_ = e.what();
+        return;
+    }
+    // Mimi's decoder on its own: the frames seat serves without it.
+    try {
+        mimi_ = std::make_unique<DeviceMimi>(upload_mimi(*device_, c, w));
+        codec_ = std::make_unique<GpuCodec>(*ops_, c, *mimi_);
+    } catch (const DeviceError&) {
+        codec_.reset();
+        mimi_.reset();
+        codec_absent_ = gpu::Decline::memory;
     }
 }
 
@@ -55,7 +66,38 @@ bool PocketGpu::seat_open(const std::string& seat) {
         seats_[seat].decline(absent_);
         return false;
     }
+    if (seat == "codec" && !codec_) {
+        seats_[seat].decline(codec_absent_);
+        return false;
+    }
     return true;
+}
+
+bool PocketGpu::admit_codec(int64_t positions, int64_t n) {
+    if (!seat_open("codec")) return false;
+    if (!gpu_codec_unfit(c_, positions, n).empty()) {
+        seats_["codec"].decline(gpu::Decline::shape);
+        return false;
+    }
+    return true;
+}
+
+void PocketGpu::codec_reset() {
+    if (codec_) codec_->reset();
+}
+
+void PocketGpu::codec_decode(const float* latents, int64_t n, std::vector<float>& audio,
+                             bool replay) {
+    gpu::SeatStats& seat = seats_["codec"];
+    if (replay) {
+        // Rebuilding the stream's state from the host's latents: counted as an upload.
+        std::vector<float> dropped;
+        codec_->decode(latents, n, dropped);
+        seat.uploads += 1;
+        return;
+    }
+    seat.dispatches += codec_->decode(latents, n, audio);
+    seat.served += 1;
 }
 
 void PocketGpu::begin_chunk(KVCache& state, uint64_t generation) {
@@ -64,26 +106,85 @@ void PocketGpu::begin_chunk(KVCache& state, uint64_t generation) {
     resident_rows_ = 0;
 }
 
+bool PocketGpu::reserve_cache(const KVCache& state, const std::string& seat) {
+    try {
+        // A grown cache starts empty: every row goes up again.
+        if (lm_->reserve_cache(state.n_ctx())) resident_rows_ = 0;
+    } catch (const DeviceError&) {
+        seats_[seat].decline(gpu::Decline::memory);
+        return false;
+    }
+    return true;
+}
+
 bool PocketGpu::admit_frames(const KVCache& state, int64_t n) {
     if (!seat_open("frames")) return false;
     if (!gpu_frames_unfit(c_, state.n_past(), n, state.n_ctx()).empty()) {
         seats_["frames"].decline(gpu::Decline::shape);
         return false;
     }
+    return reserve_cache(state, "frames");
+}
+
+bool PocketGpu::admit_prompt(const KVCache& state, int64_t n) {
+    if (!seat_open("prompt")) return false;
+    if (!gpu_prompt_unfit(c_, state.n_past(), n, state.n_ctx()).empty()) {
+        seats_["prompt"].decline(gpu::Decline::shape);
+        return false;
+    }
+    if (!reserve_cache(state, "prompt")) return false;
     try {
-        // A grown cache starts empty: every row goes up again.
-        if (lm_->reserve_cache(state.n_ctx())) resident_rows_ = 0;
+        lm_->reserve_rows(n);
+        if (n > prompt_rows_) {
+            const size_t F = sizeof(float);
+            prompt_x_ = device_->alloc(size_t(n * c_.lm.d_model) * F, "prompt.rows");
+            prompt_out_ = device_->alloc_host(
+                size_t(2 * c_.lm.num_layers * n * lm_->kv_width()) * F, "prompt.kv_readback");
+            prompt_rows_ = n;
+        }
     } catch (const DeviceError&) {
-        seats_["frames"].decline(gpu::Decline::memory);
+        prompt_x_.reset();
+        prompt_out_.reset();
+        prompt_rows_ = 0;
+        seats_["prompt"].decline(gpu::Decline::memory);
         return false;
     }
     return true;
+}
+
+void PocketGpu::run_prompt(KVCache& state, uint64_t generation, const float* rows, int64_t n) {
+    gpu::SeatStats& seat = seats_["prompt"];
+    sync_rows(state, generation, seat);
+    const int64_t pos0 = state.n_past(), kvw = lm_->kv_width(), L = c_.lm.num_layers;
+    const size_t F = sizeof(float), rows_bytes = size_t(n * kvw) * F;
+    device_->upload(*prompt_x_, 0, rows, size_t(n * c_.lm.d_model) * F);
+    std::unique_ptr<gpu::Encoder> enc = device_->encoder();
+    gpu::Encoder& e = *enc;
+    lm_->record(e, *prompt_x_, n, pos0, true);
+    size_t at = 0;
+    for (int il = 0; il < int(L); ++il)
+        for (int which = 0; which < 2; ++which, at += rows_bytes)
+            e.copy(lm_->cache(il, which), size_t(pos0 * kvw) * F, *prompt_out_, at, rows_bytes);
+    device_->submit(e);
+    const float* kv = static_cast<const float*>(prompt_out_->mapped());
+    for (int il = 0; il < int(L); ++il)
+        state.kv_cache_append_rows(il, pos0, n, kv + 2 * il * n * kvw, kv + (2 * il + 1) * n * kvw);
+    resident_rows_ = pos0 + n;
+    seat.dispatches += e.dispatches();
+    seat.served += 1;
 }
 
 void PocketGpu::run_frames(KVCache& state, uint64_t generation, int64_t n,
                            const float* latent_in, const float* x0, int64_t steps,
                            const std::vector<float>& tsum, float* cond, float* latents) {
     gpu::SeatStats& seat = seats_["frames"];
+    sync_rows(state, generation, seat);
+    const int64_t host = state.n_past();
+    seat.dispatches += frames_->run(n, host, latent_in, x0, steps, tsum, cond, latents);
+    seat.served += 1;
+}
+
+void PocketGpu::sync_rows(KVCache& state, uint64_t generation, gpu::SeatStats& seat) {
     // The record: rows [0, resident_rows_) of this chunk's state. Another state or chunk
     // (generation) makes it stale; then every row goes up.
     if (resident_state_ != &state || resident_generation_ != generation) {
@@ -103,14 +204,13 @@ void PocketGpu::run_frames(KVCache& state, uint64_t generation, int64_t n,
         seat.uploads += 1;
         resident_rows_ = host;
     }
-    seat.dispatches += frames_->run(n, host, latent_in, x0, steps, tsum, cond, latents);
-    seat.served += 1;
 }
 
 void PocketGpu::frames_kept(KVCache& state, int64_t kept) {
     const int64_t pos0 = state.n_past();
     for (int il = 0; il < int(c_.lm.num_layers); ++il)
-        state.kv_cache_append_rows(il, pos0, kept, frames_->kv_rows(il, 0), frames_->kv_rows(il, 1));
+        state.kv_cache_append_rows(il, pos0, kept, frames_->kv_rows(il, 0),
+                                   frames_->kv_rows(il, 1));
     resident_rows_ = pos0 + kept;
 }
 

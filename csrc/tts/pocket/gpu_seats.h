@@ -1,9 +1,9 @@
 // Pocket TTS on a GPU: the device, the resident weights and the three seats (gpu/seat.h):
 //
-//   prompt  the chunk's text rows through the backbone          (not yet on the GPU: declines
-//                                                                with `knob`)
+//   prompt  the chunk's text rows (or a voice's rows) through the backbone
 //   frames  backbone step + flow head, a batch of frames per command buffer
-//   codec   the Mimi decoder over a step's frames               (not yet on the GPU: `knob`)
+//   codec   the Mimi decoder over a step's frames, its streaming state on the device
+//           (gpu_codec.h)
 //
 // A seat serves a call or declines it with a reason (knob, shape, device, memory, gpu_error),
 // and the CPU chain takes the call with nothing lost; SeatStats count both.
@@ -11,9 +11,18 @@
 // The backbone's K/V rows: the host state (a KVCache, float32) is the contract; the device
 // holds its own copy of the chunk's state. resident_ is the record of what the device copy
 // holds: the rows [0, rows) of one state in one chunk (the state's address and the chunk's
-// generation counter: an address alone can be reused by a later state). Before the device
+// generation counter: an address alone can be reused by a later state; the model moves the
+// counter on for every chunk and for every prompt outside one, a voice's or the stage's). Before the device
 // computes frames it uploads the rows it lacks (counted in `uploads`); after, the frames' rows
-// are read back into the host state, so the CPU can take over at any frame.
+// are read back into the host state, so the CPU can take over at any frame. The prompt seat
+// writes the record as it computes the prompt's rows on the device (and reads them back), so
+// the chunk's first frames find them resident; a prompt the CPU computed leaves the record
+// stale and the frames seat uploads every row.
+//
+// The codec's stream: while the codec seat serves a chunk its streaming state lives on the
+// device only; a call the CPU takes (or one the device takes after the CPU) first replays the
+// stream's earlier pieces on that side (PocketModel::decode_audio; a device replay counts as
+// one of the codec seat's uploads).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +42,9 @@ namespace dasllama::pocket {
 class GpuOps;
 class GpuTransformer;
 class GpuFrames;
+class GpuCodec;
 struct DeviceBackbone;
+struct DeviceMimi;
 
 // Frames per command buffer of the frames seat.
 constexpr int64_t kGpuFramesPerBatch = 8;
@@ -65,12 +76,33 @@ public:
     // enter the host state through kv_cache_append_rows (the host state never lags).
     void frames_kept(KVCache& state, int64_t kept);
 
-    // Seats without a GPU path yet: their calls decline with `knob`.
-    bool admit_prompt() { seats_["prompt"].decline(gpu::Decline::knob); return false; }
-    bool admit_codec() { seats_["codec"].decline(gpu::Decline::knob); return false; }
+    // The prompt seat: whether it takes n rows after state.n_past() (counts the decline when
+    // not).
+    bool admit_prompt(const KVCache& state, int64_t n);
+    // Rows [n, D] through the backbone at positions state.n_past().. (admit_prompt first): the
+    // rows the device copy lacks go up first (counted in the seat's uploads), the last layer
+    // computes only its K and V, and every layer's new K/V rows enter the host state through
+    // kv_cache_append_rows; they stay resident for the frames seat. Throws DeviceError (the
+    // host state is then unchanged).
+    void run_prompt(KVCache& state, uint64_t generation, const float* rows, int64_t n);
+
+    // The codec seat: whether it takes a call of n frames on a stream whose decoder
+    // transformer holds `positions` positions (counts the decline when not).
+    bool admit_codec(int64_t positions, int64_t n);
+    // A fresh device stream.
+    void codec_reset();
+    // n de-normalized latents -> audio appended (admit_codec first). `replay`: a call that
+    // only rebuilds the stream's state (its audio is dropped; not counted as served). Throws
+    // DeviceError (the stream is then spent).
+    void codec_decode(const float* latents, int64_t n, std::vector<float>& audio, bool replay);
 
 private:
     bool seat_open(const std::string& seat);
+    // Brings the device copy up to the host state's rows under the record (state, generation),
+    // counting an upload on `seat` when rows went up.
+    void sync_rows(KVCache& state, uint64_t generation, gpu::SeatStats& seat);
+    // Room on the device for the state's positions; false (a `memory` decline) when none.
+    bool reserve_cache(const KVCache& state, const std::string& seat);
 
     const PocketConfig& c_;
     const PocketWeights& w_;
@@ -79,6 +111,9 @@ private:
     std::unique_ptr<DeviceBackbone> backbone_;
     std::unique_ptr<GpuTransformer> lm_;
     std::unique_ptr<GpuFrames> frames_;
+    std::unique_ptr<DeviceMimi> mimi_;
+    std::unique_ptr<GpuCodec> codec_;
+    gpu::Decline codec_absent_ = gpu::Decline::device;  // why Mimi is not resident
     gpu::Decline absent_ = gpu::Decline::device;  // why the backbone is not resident
     std::string absent_why_;
     std::map<std::string, gpu::SeatStats> seats_;
@@ -87,6 +122,9 @@ private:
     const KVCache* resident_state_ = nullptr;
     uint64_t resident_generation_ = 0;
     int64_t resident_rows_ = 0;
+    // The prompt seat's input rows and readback.
+    int64_t prompt_rows_ = 0;
+    std::unique_ptr<gpu::Buffer> prompt_x_, prompt_out_;
 };
 
 }  // namespace dasllama::pocket

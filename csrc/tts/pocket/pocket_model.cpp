@@ -85,7 +85,8 @@ void PocketModel::add_voice(const std::string& name, const float* rows, int64_t 
     Voice v;
     // Room for the voice and one chunk of the usual size; grows when a chunk needs more.
     backbone_->ensure_capacity(v.state, n + cfg_.chunk_tokens + cfg_.frames_cap(cfg_.chunk_tokens));
-    backbone_->prompt(*v.state, rows, n, *pool_);
+    ++generation_;
+    run_prompt(*v.state, rows, n);
     v.n_rows = n;
     if (voice_ == name) done_ = true;  // a chunk in progress with the old rows ends
     voices_[name] = std::move(v);
@@ -149,15 +150,12 @@ void PocketModel::begin_chunk(const int32_t* ids, int64_t n, const std::string& 
     if (*state) (*state)->truncate(keep);
     backbone_->ensure_capacity(*state, keep + n + cap);
     ++generation_;
-    if (gpu_) {
-        gpu_->admit_prompt();  // declines for now: the CPU computes the prompt
-        gpu_->begin_chunk(**state, generation_);
-    }
-    backbone_->prompt(**state, rows.data(), n, *pool_);
+    if (gpu_) gpu_->begin_chunk(**state, generation_);
+    run_prompt(**state, rows.data(), n);
 
     voice_ = voice;
     params_ = p;
-    decoder_->reset();
+    reset_decoder();
     done_ = false;
     frame_ = 0;
     faded_ = 0;
@@ -213,8 +211,7 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
     if (made == 0) return 0;
     const std::vector<float> mimi_in = denormalize(batch.data(), made);
     const size_t start = audio.size();
-    if (gpu_) gpu_->admit_codec();  // declines for now: the CPU decodes
-    decoder_->decode(mimi_in.data(), made, audio, *pool_);
+    decode_audio(mimi_in.data(), made, audio);
     // The package fades each chunk in over its first sample_rate / 200 samples
     // (linspace(0, 1, n): the first sample is silenced, the n-th kept whole).
     const int64_t fade = cfg_.sample_rate / 200;
@@ -283,6 +280,56 @@ bool PocketModel::step_gpu(KVCache& state, int64_t budget, std::vector<float>& b
     return true;
 }
 
+void PocketModel::reset_decoder() {
+    decoder_->reset();
+    codec_on_gpu_ = false;  // the device stream starts over when the codec seat next serves
+    codec_latents_.clear();
+    codec_sizes_.clear();
+}
+
+void PocketModel::decode_audio(const float* latents, int64_t n, std::vector<float>& audio) {
+    if (n <= 0) return;
+    const int64_t L = cfg_.latent_dim;
+    int64_t before = 0;
+    for (int64_t s : codec_sizes_) before += s;
+    const int64_t positions = before * std::max<int64_t>(1, cfg_.upsample_stride);
+    bool on_gpu = gpu_ && gpu_->admit_codec(positions, n);
+    if (on_gpu) {
+        try {
+            if (!codec_on_gpu_) {
+                // The device stream starts over (a failed call may have left it half-moved).
+                gpu_->codec_reset();
+                int64_t at = 0;
+                for (int64_t s : codec_sizes_) {
+                    std::vector<float> dropped;
+                    gpu_->codec_decode(codec_latents_.data() + at * L, s, dropped, true);
+                    at += s;
+                }
+            }
+            codec_on_gpu_ = true;
+            gpu_->codec_decode(latents, n, audio, false);
+        } catch (const DeviceError&) {
+            gpu_->decline("codec", gpu::Decline::gpu_error);
+            on_gpu = false;
+        }
+    }
+    if (!on_gpu) {
+        if (codec_on_gpu_) {
+            decoder_->reset();
+            int64_t at = 0;
+            for (int64_t s : codec_sizes_) {
+                std::vector<float> dropped;
+                decoder_->decode(codec_latents_.data() + at * L, s, dropped, *pool_);
+                at += s;
+            }
+            codec_on_gpu_ = false;
+        }
+        decoder_->decode(latents, n, audio, *pool_);
+    }
+    codec_latents_.insert(codec_latents_.end(), latents, latents + n * L);
+    codec_sizes_.push_back(n);
+}
+
 // =============================================================================================
 // GPU seats
 // =============================================================================================
@@ -326,7 +373,24 @@ std::unique_ptr<KVCache> PocketModel::new_state(int64_t n_ctx) const {
 void PocketModel::prompt(KVCache& state, const float* rows, int64_t n, bool full_last_layer) {
     std::lock_guard<std::mutex> lock(mu_);
     check_open();
-    backbone_->prompt(state, rows, n, *pool_, full_last_layer);
+    if (full_last_layer || n <= 0) {
+        backbone_->prompt(state, rows, n, *pool_, full_last_layer);  // a CPU-only test path
+        return;
+    }
+    ++generation_;
+    run_prompt(state, rows, n);
+}
+
+void PocketModel::run_prompt(KVCache& state, const float* rows, int64_t n) {
+    if (gpu_ && gpu_->admit_prompt(state, n)) {
+        try {
+            gpu_->run_prompt(state, generation_, rows, n);
+            return;
+        } catch (const DeviceError&) {
+            gpu_->decline("prompt", gpu::Decline::gpu_error);
+        }
+    }
+    backbone_->prompt(state, rows, n, *pool_);
 }
 
 std::vector<float> PocketModel::frame_step(KVCache& state, const float* latent) {
@@ -356,12 +420,12 @@ std::vector<float> PocketModel::mimi_decode(const float* latents,
                                             const std::vector<int64_t>& sizes) {
     std::lock_guard<std::mutex> lock(mu_);
     check_open();
-    decoder_->reset();
+    reset_decoder();
     done_ = true;  // the decoder is shared with the frame loop
     std::vector<float> audio;
     int64_t at = 0;
     for (int64_t n : sizes) {
-        decoder_->decode(latents + at * cfg_.latent_dim, n, audio, *pool_);
+        decode_audio(latents + at * cfg_.latent_dim, n, audio);
         at += n;
     }
     return audio;

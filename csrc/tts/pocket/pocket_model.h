@@ -132,6 +132,15 @@ private:
     // The frames seat: a batch of at most `budget` frames on the device. False when it
     // declined (the CPU takes the call).
     bool step_gpu(KVCache& state, int64_t budget, std::vector<float>& batch, int64_t& made);
+    // The prompt seat or the CPU backbone: rows [n, D] into `state` (the chunk counter moves
+    // on first where a call is not a chunk's: the device's record names the state it holds).
+    void run_prompt(KVCache& state, const float* rows, int64_t n);
+    // A fresh Mimi stream (the CPU decoder's and the device's).
+    void reset_decoder();
+    // The codec seat or the CPU decoder: de-normalized latents [n, L] -> audio appended. The
+    // stream's state lives where the last call ran; a call on the other side first replays
+    // the stream's earlier pieces there (their audio dropped), so both give the same rows.
+    void decode_audio(const float* latents, int64_t n, std::vector<float>& audio);
 
     mutable std::mutex mu_;
     PocketConfig cfg_;
@@ -144,6 +153,10 @@ private:
     std::unique_ptr<PocketGpu> gpu_;
     NoiseSource noise_;
     uint64_t generation_ = 0;  // counts chunks: the GPU's residency records name theirs
+    // The Mimi stream's pieces so far (latents and call sizes), for a replay.
+    std::vector<float> codec_latents_;
+    std::vector<int64_t> codec_sizes_;
+    bool codec_on_gpu_ = false;  // where the stream's state is
 
     struct Voice {
         std::unique_ptr<KVCache> state;
