@@ -74,7 +74,8 @@ def test_the_committed_records_render_with_the_right_ratios(tmp_path):
         assert float(row["data-ratio"]) == pytest.approx(ours["median"] / ref["median"],
                                                          abs=5.1e-7)
         assert f"{q:.2f}×" in row["text"]
-        assert any(("ahead" if q > 1 else "behind") in c for c in row["td_classes"])
+        ahead = (q > 1) == record.higher_is_better(ours)
+        assert any(("ahead" if ahead else "behind") in c for c in row["td_classes"])
         assert ("noisy" in row["text"]) == bool(ours["noisy"] or ref["noisy"])
     assert page.scripts == 0 and not page.links            # static: no script, no fetch
     for src in page.imgs:

@@ -1,8 +1,9 @@
 """``dasllama bench``: the command line of the benchmarks.
 
 ``_add_bench_parser(sub)`` adds the ``bench`` command to dasllama's own parser, with
-``llm`` (throughput against llama.cpp), ``check`` (the regression check), ``board`` (the HTML
-board), ``tune`` (race kernel knobs, write the tuning file) and ``tuning`` (show it);
+``llm`` (throughput against llama.cpp), ``tts`` (Pocket TTS against the pocket-tts
+package), ``check`` (the regression check), ``board`` (the HTML board), ``tune`` (race
+kernel knobs, write the tuning file) and ``tuning`` (show it);
 ``llm_main()`` is ``bench llm`` standing alone (bench/llm_bench.py calls it).
 """
 
@@ -20,7 +21,8 @@ from .progress import Progress, stop_on_signals
 from .llama_cpp import (FLASH_ATTN, PYTHON_ENV, LlamaBenchBinary, LlamaCppRunner, PeerError,
                         find_peer_python)
 
-__all__ = ["add_llm_arguments", "default_ngl", "run_and_record", "run_llm", "llm_main"]
+__all__ = ["add_llm_arguments", "add_tts_arguments", "default_ngl", "record_run",
+           "run_and_record", "run_llm", "run_tts", "llm_main"]
 
 ENGINES = {"both": ("dasllama", "llama.cpp"), "dasllama": ("dasllama",),
            "llama.cpp": ("llama.cpp",)}
@@ -135,12 +137,26 @@ def run_and_record(paths, openers, *, threads: int, reps: int, n_prompt: int, n_
                    seed: int = 0, pause: float = 0.1, kv_type: str = "f16", device: str = "cpu",
                    noise_cv: Optional[float] = record.NOISE_CV, out: Optional[str] = None,
                    quiet: bool = False, stream=None) -> tuple:
-    """Run the benchmark with progress on stderr and the record written as rows finish (so a
-    stop, even a hard one, leaves a valid file holding every finished row). SIGTERM and SIGHUP
-    stop it like Ctrl-C. On a GPU device the machine probe asks dasllama's runtime for the
-    GPUs. Returns (record, path written or None)."""
+    """Run the LLM benchmark with progress on stderr and the record written as rows finish
+    (see record_run). Returns (record, path written or None)."""
+    def run(on_event, on_rows):
+        return llm.benchmark(paths, openers, threads=threads, reps=reps, n_prompt=n_prompt,
+                             n_gen=n_gen, seed=seed, pause=pause, kv_type=kv_type,
+                             device=device, noise_cv=noise_cv, on_event=on_event,
+                             on_rows=on_rows)
+    return record_run(run, gpu=llm.backend_of(device) != "cpu", out=out, quiet=quiet,
+                      stream=stream)
+
+
+def record_run(run, *, gpu: bool = False, out: Optional[str] = None, quiet: bool = False,
+               stream=None) -> tuple:
+    """``run(on_event=, on_rows=)`` (a benchmark's whole run, returning its result) with
+    progress on stderr and the record written as rows finish, so a stop, even a hard one,
+    leaves a valid file holding every finished row. SIGTERM and SIGHUP stop it like Ctrl-C.
+    With ``gpu`` the machine probe asks dasllama's runtime for the GPUs. Returns (record,
+    path written or None)."""
     show = Progress(quiet, stream)
-    machine = probe.machine(gpu=llm.backend_of(device) != "cpu")
+    machine = probe.machine(gpu=gpu)
     box = probe.box_name(machine)
     build = probe.build()
     path = Path(out.format(box=box)) if out else None
@@ -153,10 +169,7 @@ def run_and_record(paths, openers, *, threads: int, reps: int, n_prompt: int, n_
             written[0] = record.write(rec, path)
 
     with stop_on_signals():
-        result = llm.benchmark(paths, openers, threads=threads, reps=reps, n_prompt=n_prompt,
-                               n_gen=n_gen, seed=seed, pause=pause, kv_type=kv_type,
-                               device=device, noise_cv=noise_cv, on_event=show,
-                               on_rows=checkpoint)
+        result = run(on_event=show, on_rows=checkpoint)
         machine["loadavg_1m_end"] = probe.loadavg()
         rec = record.finish(result, machine, build, probe.process_peak_rss_bytes(), box=box)
         if path is not None and rec["rows"]:
@@ -191,6 +204,118 @@ def run_llm(args) -> int:
         if rec.get("memory"):
             print()
             print(record.format_memory(rec))
+    if path:
+        print(f"\nrecord written to {path}" + ("" if rec["complete"] else " (incomplete)"))
+    if rec.get("stopped"):
+        return 130
+    if args.check:
+        return _check(rec, args.records)
+    return 0
+
+
+def add_tts_arguments(p: argparse.ArgumentParser) -> None:
+    from . import tts
+    p.add_argument("--model", "-m", default="random", metavar="random|PATH",
+                   help="a Pocket TTS .gguf (then --checkpoint and --tokenizer give the "
+                        "package its source), or random (default): the package's English "
+                        "model with random weights, built and converted here")
+    p.add_argument("--lane", action="append", metavar="LANE",
+                   help=f"with --model random: the lanes to convert and measure "
+                        f"({', '.join(tts.LANES)}); repeat or separate by commas "
+                        f"(default f32)")
+    p.add_argument("--checkpoint", metavar="SAFETENSORS",
+                   help="the TTSModel state dict the .gguf was converted from (the package "
+                        "loads it)")
+    p.add_argument("--tokenizer", metavar="FILE",
+                   help="that model's tokenizer (tokenizers .json or SentencePiece .model)")
+    p.add_argument("--language", default="english",
+                   help="the package's config the checkpoint follows (default english)")
+    p.add_argument("--work", metavar="DIR",
+                   help="where --model random builds its files (default: the model cache)")
+    p.add_argument("--engine", choices=("both", "dasllama", "pocket-tts"), default="both",
+                   help="which engines to time (default: both, alternating)")
+    p.add_argument("--device", "-d", default="cpu", metavar="DEVICE",
+                   help="where dasllama runs (default cpu); the package runs on the CPU")
+    p.add_argument("--threads", "-t", type=int, default=None,
+                   help="threads for both engines (default: physical cores)")
+    p.add_argument("--reps", "-r", type=int, default=5, help="timed requests (default 5)")
+    p.add_argument("--frames", "-f", type=int, default=50,
+                   help="frames a request makes, EOS off (default 50: 4 s of audio)")
+    p.add_argument("--text", default=tts.TEXT, help="the sentence (one chunk)")
+    p.add_argument("--temperature", type=float, default=0.3,
+                   help="sampling temperature of the timed requests (default 0.3)")
+    p.add_argument("--precision", choices=("f32", "fast"), default="f32",
+                   help="dasllama's activations: f32 (default) or fast (8-bit in the "
+                        "backbone's quantized matrices)")
+    p.add_argument("--peer-process", choices=("own", "same"), default="own",
+                   help="the package in a runner process of its own (default) or in this one")
+    p.add_argument("--seed", type=int, default=0, help="noise seed of the first request")
+    p.add_argument("--pause", type=float, default=0.1,
+                   help="seconds of rest before each timed request (default 0.1)")
+    p.add_argument("--out", "-o", metavar="FILE",
+                   help="write the JSON record there; {box} becomes the machine's label")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--no-rerun", action="store_true",
+                   help="do not run an engine's requests again when a cell's cv exceeds 3%%")
+    p.add_argument("--check", action="store_true",
+                   help="then compare the rows with the stored record of this box")
+    p.add_argument("--records", metavar="DIR",
+                   help="stored records for --check (default bench/records)")
+
+
+def _tts_files(args) -> tuple:
+    """(GGUF paths, checkpoint, tokenizer) the run measures."""
+    from . import tts
+    from .. import models
+    if args.model == "random":
+        lanes = [x for given in (args.lane or ["f32"]) for x in given.split(",") if x]
+        folder = Path(args.work) if args.work else models.cache_dir() / "pocket-random"
+        built = tts.random_model(folder, lanes)
+        return [built["gguf"][lane] for lane in lanes], built["checkpoint"], built["tokenizer"]
+    if args.lane:
+        raise llm.BenchError("--lane converts the random model; a .gguf has its own lane")
+    path = models.find(args.model)
+    if args.engine != "dasllama" and not (args.checkpoint and args.tokenizer):
+        raise llm.BenchError(f"the package needs the weights {path.name} was converted from: "
+                             f"pass --checkpoint SAFETENSORS and --tokenizer FILE (or "
+                             f"--engine dasllama)")
+    return [path], args.checkpoint, args.tokenizer
+
+
+def run_tts(args) -> int:
+    from . import pocket_peer, tts
+    paths, checkpoint, tokenizer = _tts_files(args)
+    threads = args.threads or _default_threads()
+    peer_class = (pocket_peer.PocketRunner if args.peer_process == "own"
+                  else pocket_peer.PocketPackage)
+
+    def open_dasllama(path, threads):
+        return tts.DasllamaTTSEngine(path, threads=threads, device=args.device,
+                                     precision=args.precision)
+
+    def open_package(threads):
+        return peer_class(checkpoint, tokenizer, threads=threads, language=args.language)
+
+    open_ours = open_dasllama if args.engine in ("both", "dasllama") else None
+    open_peer = open_package if args.engine in ("both", "pocket-tts") else None
+    if open_ours and open_peer and llm.backend_of(args.device) != "cpu" and not args.quiet:
+        print(f"note: dasllama runs on {args.device}, the package on the CPU: rows of "
+              f"different backends do not pair, so the run gives no ratio", file=sys.stderr)
+
+    def run(on_event, on_rows):
+        return tts.benchmark(paths, open_ours, open_peer, threads=threads, reps=args.reps,
+                             frames=args.frames, text=args.text,
+                             temperature=args.temperature, seed=args.seed, pause=args.pause,
+                             device=args.device,
+                             noise_cv=None if args.no_rerun else record.NOISE_CV,
+                             checkpoint=checkpoint and Path(checkpoint),
+                             on_event=on_event, on_rows=on_rows,
+                             config={"precision": args.precision,
+                                     "peer_process": args.peer_process})
+    rec, path = record_run(run, gpu=llm.backend_of(args.device) != "cpu", out=args.out,
+                           quiet=args.quiet)
+    if rec["rows"]:
+        print(record.format_table(rec))
     if path:
         print(f"\nrecord written to {path}" + ("" if rec["complete"] else " (incomplete)"))
     if rec.get("stopped"):
@@ -285,7 +410,8 @@ def _run_bench(args) -> int:
 
 
 def _add_bench_parser(sub) -> None:
-    """Add ``bench`` and its commands (llm, check, tune, tuning, board) to dasllama's."""
+    """Add ``bench`` and its commands (llm, tts, check, tune, tuning, board) to dasllama's
+    parser."""
     p = sub.add_parser("bench", help="measure dasllama against reference engines")
     p.add_argument("--check", dest="check_record", metavar="RECORD",
                    help="the same as `dasllama bench check RECORD`")
@@ -297,6 +423,13 @@ def _add_bench_parser(sub) -> None:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_llm_arguments(q)
     q.set_defaults(run=run_llm)
+    from . import tts
+    q = bsub.add_parser("tts", help="Pocket TTS request time, first audio and real-time "
+                                    "factor against the pocket-tts package",
+                        description=tts.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_tts_arguments(q)
+    q.set_defaults(run=run_tts)
     q = bsub.add_parser("check", help="compare a fresh record with the stored one of its box",
                         description=check.__doc__,
                         formatter_class=argparse.RawDescriptionHelpFormatter)

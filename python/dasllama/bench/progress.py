@@ -88,6 +88,8 @@ class Progress:
             msg = f"top-5 next tokens after {f['prompt_tokens']} ids: {f['top']}"
             if f["top1_agree"] is False:
                 msg += "  <- the engines disagree on top-1"
+        elif kind == "note":
+            msg = f["message"]
         elif kind == "warmup":
             msg = f"{self.model}  {f['test']:<6} {f['engine']:<9} warm-up"
         elif kind == "rerun":
@@ -97,6 +99,8 @@ class Progress:
             again = " (re-run)" if f.get("attempt") else ""
             msg = (f"{self.model}  {f['test']:<6} {f['engine']:<9} rep {f['rep'] + 1}{again}: "
                    f"{f['ns'] / 1e6:9.1f} ms")
+            if f.get("first_ns") is not None:
+                msg += f" (first audio {f['first_ns'] / 1e6:.1f} ms)"
         else:
             return
         self.say(f"{self.prefix()} {msg}")

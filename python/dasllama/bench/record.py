@@ -103,29 +103,35 @@ def finish(result: dict, machine: dict, build: dict, process_peak_rss: Optional[
 
 def format_table(record: dict) -> str:
     """The rows as an aligned table, then the ratios (derived here, from medians)."""
-    head = f"{'model':<34} {'test':<6} {'engine':<9} {'backend':<7} {'median':>9} {'mean':>9} " \
-           f"{'sd':>7} {'cv':>6} {'min':>9} {'max':>9}  achieved"
+    mw = max([34] + [len(r["model"]) for r in record["rows"]])
+    tw = max([6] + [len(r["test"]) for r in record["rows"]])     # tts: "request_wall"
+    ew = max([9] + [len(r["engine"]) for r in record["rows"]])
+    head = f"{'model':<{mw}} {'test':<{tw}} {'engine':<{ew}} {'backend':<7} {'median':>9} " \
+           f"{'mean':>9} {'sd':>7} {'cv':>6} {'min':>9} {'max':>9}  achieved"
     lines = [head, "-" * len(head)]
     for r in record["rows"]:
         achieved = (f"~{r['approx_GBps']:.1f} GB/s" if "approx_GBps" in r
                     else f"~{r['approx_GFLOPs']:.0f} GFLOP/s" if "approx_GFLOPs" in r else "")
         noisy = "  noisy" if r.get("noisy") else ""
-        lines.append(f"{r['model'][:34]:<34} {r['test']:<6} {r['engine']:<9} "
+        lines.append(f"{r['model']:<{mw}} {r['test']:<{tw}} {r['engine']:<{ew}} "
                      f"{r.get('backend', 'cpu'):<7} {r['median']:>9.2f} "
                      f"{r['mean']:>9.2f} {r['sd']:>7.2f} {100 * r['cv']:>5.1f}% {r['min']:>9.2f} "
                      f"{r['max']:>9.2f}  {achieved}{noisy}")
     units = sorted({r.get("unit", "t/s") for r in record["rows"]})
-    lines.append(f"({'/'.join(units)}; cv = sd/mean; achieved = median rate x weight bytes read "
-                 f"per token (tg) or matmul FLOPs per token (pp); noisy: cv above "
+    achieved = ("; achieved = median rate x weight bytes read per token (tg) or matmul FLOPs "
+                "per token (pp)" if any("approx_GBps" in r or "approx_GFLOPs" in r
+                                        for r in record["rows"]) else "")
+    lines.append(f"({'/'.join(units)}; cv = sd/mean{achieved}; noisy: cv above "
                  f"{100 * NOISE_CV:.0f}% after a re-run)")
     found = list(pairs(record["rows"]))
     if found:
         title = f"dasllama/{found[0][1]['engine']} (medians)"
-        lines += ["", f"{'model':<34} {'test':<6} {'backend':<7} {title:>30}"]
+        lines += ["", f"{'model':<{mw}} {'test':<{tw}} {'backend':<7} {title:>30}"]
         for ours, ref, q in found:
             mark = "  noisy" if ours.get("noisy") or ref.get("noisy") else ""
-            lines.append(f"{ours['model'][:34]:<34} {ours['test']:<6} "
-                         f"{ours.get('backend', 'cpu'):<7} {q:>30.3f}{mark}")
+            better = "" if higher_is_better(ours) else "  (ms: below 1 is ahead)"
+            lines.append(f"{ours['model']:<{mw}} {ours['test']:<{tw}} "
+                         f"{ours.get('backend', 'cpu'):<7} {q:>30.3f}{mark}{better}")
         devices = {r["device"] for r in record["rows"] if r.get("device")}
         if devices:
             lines.append(f"(GPU rows ran on {'; '.join(sorted(devices))})")
