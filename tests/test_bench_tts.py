@@ -11,7 +11,6 @@ one fails the test). Nothing here is timed against a bar."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,21 +19,10 @@ import pytest
 from dasllama.bench import board, cli, record, tts
 from dasllama.bench.llm import BenchError
 from dasllama.bench.pocket_peer import Request
+from requires import require as _require
 
-_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 FRAME = 1920          # samples a frame at 24 kHz, 12.5 frames a second
-
-
-def _require(module: str):
-    try:
-        return __import__(module)
-    except ImportError as e:
-        if _CI:
-            pytest.fail(f"CI needs {module} (pip install torch==2.13.0 pocket-tts==4.0.1 "
-                        f"tokenizers): {e}")
-        pytest.skip(f"{module} is not installed ({e}): the real run builds the random model "
-                    f"with pip install torch==2.13.0 pocket-tts==4.0.1 tokenizers")
 
 
 def check_record(rec: dict) -> None:

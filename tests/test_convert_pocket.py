@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import struct
 
 import numpy as np
@@ -22,17 +21,7 @@ from dasllama.convert.cli import add_convert_parser
 from dasllama.convert.pocket import (LANES, convert_pocket, english_config, hyperparameters,
                                      load_config, tensor_plan)
 from dasllama.errors import DasllamaError
-
-_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def _require(module: str):
-    try:
-        return __import__(module)
-    except ImportError as e:
-        if _CI:
-            pytest.fail(f"CI needs {module} (pip install torch==2.13.0 pocket-tts==4.0.1): {e}")
-        pytest.skip(f"{module} is not installed ({e}); pip install torch==2.13.0 pocket-tts==4.0.1")
+from requires import require as _require
 
 
 @pytest.fixture(scope="module")

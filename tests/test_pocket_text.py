@@ -22,26 +22,14 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import random
 
 import pytest
 
 from dasllama import _core
+from requires import require as _require
 
-_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 MIN_CONTROL = 10  # results a negative control must change (the bar is 0)
-
-
-def _require(module: str):
-    try:
-        return __import__(module)
-    except ImportError as e:
-        if _CI:
-            pytest.fail(f"CI needs {module} (pip install torch==2.13.0 pocket-tts==4.0.1 "
-                        f"tokenizers sentencepiece): {e}")
-        pytest.skip(f"{module} is not installed ({e}): pip install torch==2.13.0 "
-                    f"pocket-tts==4.0.1 tokenizers sentencepiece")
 
 
 def report(name: str, mismatches: int, total: int, control: int | None = None) -> None:

@@ -25,22 +25,10 @@ float32 to halve time and memory, which adds about 1e-6.
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
-
-
-_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def _require(module: str):
-    try:
-        return __import__(module)
-    except ImportError as e:
-        if _CI:
-            pytest.fail(f"CI needs {module} (pip install torch==2.13.0 pocket-tts==4.0.1): {e}")
-        pytest.skip(f"{module} is not installed ({e}); pip install torch==2.13.0 pocket-tts==4.0.1")
+from requires import require as _require
 
 
 # Bars per stage, f32 lane (measured maxima in brackets).

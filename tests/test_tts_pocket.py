@@ -14,23 +14,10 @@ plausible bug whose error must exceed its bar at least 10x.
 from __future__ import annotations
 
 import argparse
-import os
 
 import numpy as np
 import pytest
-
-_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def _require(module: str):
-    try:
-        return __import__(module)
-    except ImportError as e:
-        if _CI:
-            pytest.fail(f"CI needs {module} (pip install torch==2.13.0 pocket-tts==4.0.1 "
-                        f"tokenizers): {e}")
-        pytest.skip(f"{module} is not installed ({e}); the random test model is built with "
-                    f"pip install torch==2.13.0 pocket-tts==4.0.1 tokenizers")
+from requires import require as _require
 
 
 # Bars, f32 lane (measured maxima in brackets).

@@ -18,12 +18,12 @@ Each negative control is a plausible bug whose error exceeds its bar at least te
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
 
 from gpu_helpers import SPEC, in_ci, rel_l2
+from requires import require as _require
 
 # Bars (measured on lavapipe, subgroups of 8, in brackets).
 BAR_LATENTS = 1e-6      # frame loop latents, GPU against the CPU chain     [2.2e-7]
@@ -47,16 +47,6 @@ def check(name: str, err: float, bar: float, control: float | None = None) -> No
     assert err <= bar, line
     if control is not None:
         assert control >= 10 * bar, line
-
-
-def _require(module: str):
-    try:
-        return __import__(module)
-    except ImportError as e:
-        if in_ci():
-            pytest.fail(f"CI needs {module}: {e}")
-        pytest.skip(f"{module} is not installed ({e}); the random test model is built with "
-                    f"pip install torch==2.13.0 pocket-tts==4.0.1 tokenizers")
 
 
 @pytest.fixture(scope="module")
