@@ -66,7 +66,8 @@ DeviceMatrix upload_matrix(Device& dev, const TypeTraits& type, int64_t cols,
             const int64_t hi = std::min(r0 + s.rows, part_row0 + p.rows);
             if (lo < hi)
                 dev.upload(*s.buffer, size_t((lo - r0) * d.row_bytes),
-                           p.data + (lo - part_row0) * d.row_bytes, size_t((hi - lo) * d.row_bytes));
+                           p.data + (lo - part_row0) * d.row_bytes,
+                           size_t((hi - lo) * d.row_bytes));
             part_row0 += p.rows;
         }
         bytes += uint64_t(s.rows * d.row_bytes);

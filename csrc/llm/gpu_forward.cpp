@@ -124,7 +124,8 @@ void GpuForward::eltwise(gpu::Encoder& e, const char* op, gpu::Buffer& y, uint32
     a.y_off = y_off;
     a.x_off = x_off;
     a.s = s;
-    e.dispatch(require_stamp(std::string("eltwise_") + op), {&y, &x}, a, stride_groups(n, kEltwiseGroup));
+    e.dispatch(require_stamp(std::string("eltwise_") + op), {&y, &x}, a,
+               stride_groups(n, kEltwiseGroup));
 }
 
 void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos0) {
@@ -160,7 +161,8 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos
     r.flags = (c.qk_norm ? 1u : 0u) | (c.qkv_bias ? 2u : 0u);
     r.eps = float(c.rms_eps);
     gpu::Buffer* dummy = dummy_.get();
-    e.dispatch(require_stamp(c.rope_layout == RopeLayout::Neox ? "qkv_rope_store_neox" : "qkv_rope_store_norm"),
+    const bool neox = c.rope_layout == RopeLayout::Neox;
+    e.dispatch(require_stamp(neox ? "qkv_rope_store_neox" : "qkv_rope_store_norm"),
                {qkv_.get(), rt.tab.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(),
                 c.qk_norm ? l.q_norm.get() : dummy, c.qk_norm ? l.k_norm.get() : dummy,
                 c.qkv_bias ? l.bqkv.get() : dummy},
@@ -286,7 +288,8 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
                 normed(*weights_.output_norm));
         e.barrier();
         if (c.final_logit_softcap > 0.0) {
-            eltwise(e, "softcap", dl, 0, *dummy_, 0, rows * c.n_vocab, float(c.final_logit_softcap));
+            eltwise(e, "softcap", dl, 0, *dummy_, 0, rows * c.n_vocab,
+                    float(c.final_logit_softcap));
             e.barrier();
         }
         gpu::Buffer& hl = grow(logits_host_, bytes, "logits_host", true);
@@ -315,7 +318,8 @@ void GpuForward::write_kv(int layer, int64_t pos0, int64_t n, const float* k, co
     for (auto [cache, width, src] : {std::tuple{kc_[size_t(layer)].get(), cfg_.k_dim(), k},
                                      std::tuple{vc_[size_t(layer)].get(), cfg_.v_dim(), v}}) {
         std::vector<uint16_t> halves(size_t(n * width));
-        f16_traits().quantize(src, reinterpret_cast<uint8_t*>(halves.data()), int64_t(halves.size()));
+        f16_traits().quantize(src, reinterpret_cast<uint8_t*>(halves.data()),
+                              int64_t(halves.size()));
         device_->upload(*cache, size_t(pos0 * width) * 2, halves.data(), halves.size() * 2);
     }
 }
