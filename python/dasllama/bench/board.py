@@ -97,7 +97,7 @@ def chart(box: str, cells: list, path: Path) -> Path:
     ax.set_title(f"{box}", fontsize=11)
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")   # long row labels must not clip the axis label
     plt.close(fig)
     return path
 
