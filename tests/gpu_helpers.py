@@ -13,6 +13,7 @@ import struct
 
 import numpy as np
 import pytest
+from parity import rel_l2  # noqa: F401  (re-exported for the kernel tests)
 
 SPEC = os.environ.get("DASLLAMA_TEST_VULKAN", "vulkan:llvmpipe")
 
@@ -66,12 +67,6 @@ def as_words(raw: np.ndarray) -> np.ndarray:
     if pad:
         raw = np.concatenate([raw, np.zeros(pad, np.uint8)])
     return raw.view("<u4").copy()
-
-
-def rel_l2(out, ref) -> float:
-    """||out - ref|| / ||ref|| in float64."""
-    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
 
 
 def ceil_div(a: int, b: int) -> int:

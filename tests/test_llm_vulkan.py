@@ -20,17 +20,13 @@ import pytest
 
 from dasllama import _core
 from dasllama.testing import write_random_model
+from parity import rel_l2 as _rel_l2
 
 SPEC = os.environ.get("DASLLAMA_TEST_VULKAN", "vulkan:llvmpipe")
 FIXTURES = Path(__file__).parent / "fixtures" / "llm"
 RANDOM_BAR = 2e-4     # measured up to 4.8e-5 on lavapipe (printed by the tests)
 REAL_BAR = 1e-3       # real models, vs the CPU chain in f32: measured up to 2.3e-4 (printed)
 NOISE_BOUND = 1.5     # as tests/test_llm_greedy.py: steps with a smaller margin are undecided
-
-
-def _rel_l2(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 @pytest.fixture(scope="module")

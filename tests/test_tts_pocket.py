@@ -18,6 +18,7 @@ import argparse
 import numpy as np
 import pytest
 from requires import require as _require
+from parity import check, rel_l2 as rel
 
 
 # Bars, f32 lane (measured maxima in brackets).
@@ -33,22 +34,6 @@ BAR_Q8_FAST = 2e-4        # q8_0 lane with 8-bit activations, audio       [5.1e-
 TEXT = "Hello world."
 LONG_TEXT = ("The quick brown fox jumps over the lazy dog near the river bank today. "
              "Then it runs far away, into the dark green forest.")
-
-
-def rel(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
-def check(name: str, err: float, bar: float, control: float | None = None) -> None:
-    """Assert err <= bar and, when given, control >= 10 * bar; print both."""
-    line = f"{name}: rel {err:.2e} (bar {bar:.1e})"
-    if control is not None:
-        line += f", negative control {control:.2e} ({control / bar:.0f}x the bar)"
-    print(line)
-    assert err <= bar, line
-    if control is not None:
-        assert control >= 10 * bar, line
 
 
 # =============================================================================================

@@ -24,6 +24,7 @@ import pytest
 
 from gpu_helpers import SPEC, in_ci, rel_l2
 from requires import require as _require
+from parity import check
 
 # Bars (measured on lavapipe, subgroups of 8, in brackets).
 BAR_LATENTS = 1e-6      # frame loop latents, GPU against the CPU chain     [2.2e-7]
@@ -37,16 +38,6 @@ BAR_LANE = 1e-6         # f16 / q8_0 lanes, GPU against the CPU chain       [2.0
 BAR_PROMPT_KV = 4e-6    # prompt seat K/V rows against the CPU prompt stage [1.2e-6]
 TEXT = "Hello world."
 OTHER = "This is a short test."
-
-
-def check(name: str, err: float, bar: float, control: float | None = None) -> None:
-    line = f"{name}: rel {err:.2e} (bar {bar:.1e})"
-    if control is not None:
-        line += f", negative control {control:.2e} ({control / bar:.0f}x the bar)"
-    print(line)
-    assert err <= bar, line
-    if control is not None:
-        assert control >= 10 * bar, line
 
 
 @pytest.fixture(scope="module")
