@@ -73,12 +73,14 @@ def test_attention_matches_reference(gpu, case):  # noqa: F811
     out_off, out_stride = 5, n_head * DV + 3
     n_out = out_off + n_tok * out_stride + 2
 
-    args = pack_args("IIIIIIIIIIIIIf", n_tok, n_head, n_head_kv, D, DV, pos0, window, q_off,
-                     q_stride, k_off, v_off, out_off, out_stride, scale)
+    # The position is the base read from memory plus the argument: split it between the two.
+    base = pos0 - pos0 // 3
+    args = pack_args("IIIIIIIIIIIIIf", n_tok, n_head, n_head_kv, D, DV, pos0 - base, window,
+                     q_off, q_stride, k_off, v_off, out_off, out_stride, scale)
     tile = PREFILL_TILE if prefill else 1
     stamp = "attention_prefill" if prefill else "attention_decode"
-    res = gpu.run(stamp, [q, kc.view(np.uint32), vc.view(np.uint32), nan_filled(n_out)], args,
-                  (n_head, ceil_div(n_tok, tile), 1))
+    res = gpu.run(stamp, [q, kc.view(np.uint32), vc.view(np.uint32), nan_filled(n_out),
+                          np.array([base], np.uint32)], args, (n_head, ceil_div(n_tok, tile), 1))
     o = np.asarray(res[3], dtype=np.float32)
 
     idx = out_off + np.arange(n_tok)[:, None] * out_stride + np.arange(n_head * DV)[None, :]

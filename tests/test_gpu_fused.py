@@ -70,10 +70,13 @@ def test_qkv_rope_store_matches_numpy(gpu, neox, flags, hd, n_rot):  # noqa: F81
     kv_dim = n_kv * hd
     kc = np.zeros(n_ctx * kv_dim // 2, np.uint32)
     vc = np.zeros(n_ctx * kv_dim // 2, np.uint32)
-    args = pack_args("IIIIIIIIIf", n_head, n_kv, hd, n_rot, 0, width, pos0 * kv_dim, 0, flags, eps)
-    out, _, kc_out, vc_out, _, _, _ = gpu.run(
+    # The cache row is the base read from memory plus the argument: split it between the two.
+    base = 2
+    args = pack_args("IIIIIIIIIf", n_head, n_kv, hd, n_rot, 0, width, pos0 - base, 0, flags, eps)
+    out, _, kc_out, vc_out, _, _, _, _ = gpu.run(
         "qkv_rope_store_neox" if neox else "qkv_rope_store_norm",
-        [qkv.copy(), tab.reshape(-1), kc, vc, qn, kn, bias], args, (n_head + 2 * n_kv, n_tok, 1))
+        [qkv.copy(), tab.reshape(-1), kc, vc, qn, kn, bias, np.array([base], np.uint32)], args,
+        (n_head + 2 * n_kv, n_tok, 1))
     q_ref, k_ref, v_ref = _reference(qkv, bias, qn, kn, n_head, n_kv, hd, n_rot, pos0, neox,
                                      flags, eps)
     q_err = rel_l2(out[:, :n_head * hd], q_ref)

@@ -106,8 +106,10 @@ def freq_pairs(f: np.ndarray) -> np.ndarray:
 def run_rope_table(g, f: np.ndarray, n_tok: int, pos0: int) -> np.ndarray:
     half = f.size
     n = n_tok * half * 2
-    out = g.run("rope_table", [freq_pairs(f), nan_filled(n + 3)],
-                pack_args("III", half, n_tok, pos0), (ceil_div(n_tok * half, 64), 1, 1))
+    # The position is the base read from memory plus the argument: split it between the two.
+    base = pos0 // 2
+    out = g.run("rope_table", [freq_pairs(f), nan_filled(n + 3), np.array([base], np.uint32)],
+                pack_args("III", half, n_tok, pos0 - base), (ceil_div(n_tok * half, 64), 1, 1))
     tab = np.asarray(out[1], dtype=np.float32)
     assert np.all(np.isnan(tab[n:])), "rope_table wrote past its table"
     return tab[:n].reshape(n_tok, half, 2)

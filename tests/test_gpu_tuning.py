@@ -1,7 +1,9 @@
-"""The Vulkan projection's tuning knob (vulkan.project.matvec_max_tokens): the engine reads it,
-refuses values outside its range, and gives the same logits (to rounding: the matrix-vector and
-tiled kernels sum in other orders) whichever value is set. Negative control: a different
-prompt's logits differ far beyond that bar."""
+"""The Vulkan knobs of the LLM. vulkan.project.matvec_max_tokens: the engine reads it, refuses
+values outside its range, and gives the same logits (to rounding: the matrix-vector and tiled
+kernels sum in other orders) whichever value is set; negative control: a different prompt's
+logits differ far beyond that bar. vulkan.llm.replay: decode steps submit the previous step's
+command buffer again (counted in the seat stats), with logits equal bit for bit to recording
+every step anew; negative control: a step at another position differs."""
 
 import os
 
@@ -13,6 +15,7 @@ from dasllama.testing import write_random_model
 
 SPEC = os.environ.get("DASLLAMA_TEST_VULKAN", "vulkan:llvmpipe")
 KNOB = "vulkan.project.matvec_max_tokens"
+REPLAY = "vulkan.llm.replay"
 BAR = 2e-6   # measured 4e-7 between the two kernel choices on lavapipe (printed)
 
 
@@ -29,6 +32,7 @@ def model(tmp_path):
     yield m
     m.close()
     _core.tuning_reset(KNOB)
+    _core.tuning_reset(REPLAY)
 
 
 def _rel(a, b):
@@ -56,3 +60,35 @@ def test_knob_refuses_values_outside_its_range(model):
         _core.tuning_set(KNOB, 9)
     with pytest.raises(ValueError, match=KNOB):
         _core.tuning_set(KNOB, 0)
+
+
+def _decode(model, prompt, steps):
+    """Prefill `prompt`, then feed back the greedy token `steps` times: each step's logits."""
+    model.reset()
+    logits = model.eval(prompt)
+    out = []
+    for _ in range(steps):
+        logits = model.eval([int(np.argmax(logits))])
+        out.append(np.array(logits))
+    return np.stack(out)
+
+
+def test_decode_replays_its_command_buffer_with_identical_results(model):
+    prompt = [(5 * i + 2) % 500 for i in range(5)]
+    before = model.seat_stats()["decode"]["replays"]
+    replayed = _decode(model, prompt, 6)
+    replays = model.seat_stats()["decode"]["replays"] - before
+    _core.tuning_set(REPLAY, 0)
+    recorded = _decode(model, prompt, 6)
+    assert model.seat_stats()["decode"]["replays"] - before == replays, "knob 0 still replayed"
+    # The first step's token one position later: what a replay with a stale position gives.
+    model.reset()
+    first = int(np.argmax(model.eval(prompt)))
+    model.reset()
+    model.eval(prompt + [prompt[-1]])
+    shifted = np.array(model.eval([first]))
+    print(f"{REPLAY}: {replays} of 6 decode steps replayed; max |replayed - recorded| "
+          f"{np.abs(replayed - recorded).max():.1e}; a position later {_rel(shifted, recorded[0]):.2f}")
+    assert replays >= 5                       # the first step records, the others replay
+    assert np.array_equal(replayed, recorded)
+    assert _rel(shifted, recorded[0]) > 10 * BAR

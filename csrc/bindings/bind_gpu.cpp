@@ -181,6 +181,7 @@ py::dict seat_stats_dict(const std::map<std::string, gpu::SeatStats>& seats) {
         d["declined"] = declined;
         d["dispatches"] = st.dispatches;
         d["uploads"] = st.uploads;
+        d["replays"] = st.replays;
         out[name.c_str()] = d;
     }
     return out;

@@ -85,7 +85,7 @@ void bind_llm(py::module_& m) {
              "device cpu|vulkan|vulkan:N|vulkan:NAME.")
         .def_property_readonly("device_name", &LLMModel::device_name)
         .def("seat_stats", [](const LLMModel& s) { return seat_stats_dict(s.seat_stats()); },
-             "Per seat (prefill, decode): served, declined by reason, dispatches, uploads.")
+             "Per seat (prefill, decode): served, declined by reason, dispatches, uploads, replays.")
         .def("set_seat_enabled", &LLMModel::set_seat_enabled, py::arg("seat"), py::arg("on"),
              "Turns a GPU seat on or off; a seat that is off declines with reason 'knob'.")
         .def("set_profiling", &LLMModel::set_profiling, py::arg("on"),

@@ -128,7 +128,7 @@ void bind_tts(py::module_& m) {
              "stages are seats that fall back to the CPU when they decline.")
         .def_property_readonly("device_name", &PocketModel::device_name)
         .def("seat_stats", [](const PocketModel& s) { return seat_stats_dict(s.seat_stats()); },
-             "Per seat (prompt, frames, codec): served, declined by reason, dispatches, uploads.")
+             "Per seat (prompt, frames, codec): served, declined by reason, dispatches, uploads, replays.")
         .def("set_seat_enabled", &PocketModel::set_seat_enabled, py::arg("seat"), py::arg("on"),
              "Turns a GPU seat on or off; a seat that is off declines with reason 'knob'.")
         .def_property_readonly("config", [](const PocketModel& s) { return config_dict(s.config()); })

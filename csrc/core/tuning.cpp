@@ -22,6 +22,8 @@ Registry& registry() {
     return r;
 }
 
+std::atomic<uint64_t> g_generation{0};
+
 std::string range_text(int64_t min, int64_t max) {
     return "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
 }
@@ -75,6 +77,7 @@ void set(std::string_view name, int64_t value) {
         throw TuningError("tuning: " + std::to_string(value) + " is outside the range " +
                           range_text(k.min_, k.max_) + " of knob '" + k.name_ + "'");
     k.value_.store(value, std::memory_order_relaxed);
+    g_generation.fetch_add(1, std::memory_order_relaxed);
 }
 
 void reset(std::string_view name) {
@@ -82,13 +85,17 @@ void reset(std::string_view name) {
     std::lock_guard<std::mutex> lock(r.mutex);
     Knob& k = find(r, name);
     k.value_.store(k.default_, std::memory_order_relaxed);
+    g_generation.fetch_add(1, std::memory_order_relaxed);
 }
 
 void reset_all() {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
     for (auto& [name, k] : r.knobs) k->value_.store(k->default_, std::memory_order_relaxed);
+    g_generation.fetch_add(1, std::memory_order_relaxed);
 }
+
+uint64_t generation() { return g_generation.load(std::memory_order_relaxed); }
 
 std::vector<KnobInfo> list() {
     Registry& r = registry();

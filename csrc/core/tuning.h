@@ -61,5 +61,8 @@ void set(std::string_view name, int64_t value);   // TuningError: unknown name, 
 void reset(std::string_view name);                // back to the default
 void reset_all();
 std::vector<KnobInfo> list();                     // every knob, sorted by name
+// Counts set/reset calls: work recorded under one generation of values (a GPU command buffer)
+// is stale once it changes.
+uint64_t generation();
 
 }  // namespace dasllama::tuning

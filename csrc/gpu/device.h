@@ -104,6 +104,7 @@ public:
     // Profiling: encoders made while it is on record a timestamp around every dispatch, and
     // submitting one of them replaces last_profile() with its per-dispatch times.
     virtual void set_profiling(bool on) = 0;
+    virtual bool profiling() const = 0;
     virtual std::vector<KernelTime> last_profile() const = 0;
 };
 
@@ -124,7 +125,8 @@ struct ValidationReport {
 ValidationReport validation_report();
 
 // "vulkan" (the best non-CPU device), "vulkan:N" (index N, any type, lavapipe included), or
-// "vulkan:NAME" (the first device whose name contains NAME, case-insensitive). Throws
+// "vulkan:NAME" (the first device whose name contains NAME, case-insensitive); "metal",
+// "metal:N", "metal:NAME" alike on Apple platforms. Throws
 // DeviceError naming the spec and the devices there are.
 std::shared_ptr<Device> open_device(std::string_view spec);
 

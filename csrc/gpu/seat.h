@@ -15,7 +15,8 @@ const char* decline_name(Decline d);
 
 struct SeatStats {
     uint64_t served = 0;
-    uint64_t dispatches = 0;  // kernel dispatches recorded for served calls
+    uint64_t dispatches = 0;  // kernel dispatches run for served calls
+    uint64_t replays = 0;     // served calls that submitted an earlier recording again
     uint64_t uploads = 0;     // host-to-device transfers of state (K/V rows) the seat needed
     std::array<uint64_t, kDeclineKinds> declined{};
     void decline(Decline d) { ++declined[size_t(d)]; }

@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/formats.h"
+#include "core/tuning.h"
 #include "cpu/matmul.h"
 #include "gk_args.h"
 
@@ -24,6 +25,10 @@ constexpr uint32_t kRopeTableGroup = 64;
 // Query rows up to which attention_decode (a workgroup per head and row) serves; longer calls
 // take the tiled attention_prefill.
 constexpr int64_t kAttnDecodeMaxTokens = 8;
+// Replaying the last recording is bit-identical to recording the call anew; 0 re-records
+// every call (to compare the two, or to time the recording).
+const tuning::Knob& kReplay = tuning::define(
+    "vulkan.llm.replay", 1, 0, 1, "submit the last command buffer again for a call of its shape");
 // Query rows per workgroup of attention_prefill (GK_ATTN_TQ of its stamp).
 constexpr int64_t kAttnPrefillRows = 16;
 
@@ -61,6 +66,7 @@ GpuForward::GpuForward(const ModelConfig& cfg, const ModelWeights& w,
     out_ = dev.alloc(B * size_t(cfg.n_embd) * F, "out");
     gate_up_ = dev.alloc(B * size_t(2 * ff) * F, "gate_up");
     ids_ = dev.alloc_host(B * sizeof(int32_t), "ids");
+    step_ = dev.alloc_host(4 * sizeof(uint32_t), "step");
 
     // One K and one V buffer per layer, f16: [n_ctx][n_head_kv * head_dim].
     for (int64_t i = 0; i < cfg.n_layer; ++i) {
@@ -128,7 +134,7 @@ void GpuForward::eltwise(gpu::Encoder& e, const char* op, gpu::Buffer& y, uint32
                stride_groups(n, kEltwiseGroup));
 }
 
-void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos0) {
+void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
     const ModelConfig& c = cfg_;
     const LayerConfig& lc = c.layers[size_t(il)];
     const DeviceLayer& l = weights_.layers[size_t(il)];
@@ -156,7 +162,7 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos
     r.n_rot = u32(c.n_rot);
     r.qkv_off = 0;
     r.qkv_stride = row;
-    r.dst_off = u32(pos0) * kd;
+    r.dst_pos = 0;  // the call's position is step_[0]
     r.tab_off = 0;
     r.flags = (c.qk_norm ? 1u : 0u) | (c.qkv_bias ? 2u : 0u);
     r.eps = float(c.rms_eps);
@@ -165,7 +171,7 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos
     e.dispatch(require_stamp(neox ? "qkv_rope_store_neox" : "qkv_rope_store_norm"),
                {qkv_.get(), rt.tab.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(),
                 c.qk_norm ? l.q_norm.get() : dummy, c.qk_norm ? l.k_norm.get() : dummy,
-                c.qkv_bias ? l.bqkv.get() : dummy},
+                c.qkv_bias ? l.bqkv.get() : dummy, step_.get()},
                r, u32(c.n_head + 2 * c.n_head_kv), u32(n));
     e.barrier();
 
@@ -175,7 +181,7 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos
     a.n_head_kv = u32(c.n_head_kv);
     a.head_dim = u32(c.head_dim);
     a.head_dim_v = u32(c.head_dim_v);
-    a.pos0 = u32(pos0);
+    a.pos0 = 0;  // the call's position is step_[0]
     a.window = lc.sliding ? u32(c.sliding_window) : 0u;
     a.q_off = 0;
     a.q_stride = row;
@@ -186,7 +192,7 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos
     a.scale = c.attn_scale;
     const bool decode = n <= kAttnDecodeMaxTokens;
     e.dispatch(require_stamp(decode ? "attention_decode" : "attention_prefill"),
-               {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get()}, a,
+               {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get(), step_.get()}, a,
                u32(c.n_head), decode ? u32(n) : ceil_div(n, kAttnPrefillRows));
     e.barrier();
 }
@@ -208,12 +214,44 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
     const ModelConfig& c = cfg_;
     const uint32_t E = u32(c.n_embd);
     gpu::Device& dev = *device_;
-    std::unique_ptr<gpu::Encoder> enc = dev.encoder();
-    gpu::Encoder& e = *enc;
+
+    // The call's inputs, in mapped memory the recording reads.
+    *static_cast<uint32_t*>(step_->mapped()) = u32(pos0);
+    if (weights_.token_embd.splits.size() == 1) {
+        std::memcpy(ids_->mapped(), ids, size_t(n) * sizeof(int32_t));
+    } else {
+        gpu::Buffer& in = grow(embd_in_, size_t(max_batch_) * E * sizeof(float), "embd_in", true);
+        float* rows = static_cast<float*>(in.mapped());
+        for (int64_t t = 0; t < n; ++t) {
+            cpu::get_row(host_w_.token_embd, ids[t], rows + t * E);
+            if (c.embd_scale != 1.0f)
+                for (uint32_t i = 0; i < E; ++i) rows[t * E + i] *= c.embd_scale;
+        }
+    }
+
+    const Shape shape{n, all_logits, logits != nullptr, dev.profiling(), tuning::generation()};
+    last_replayed_ = recording_ && recorded_ == shape && kReplay.get() != 0;
+    if (!last_replayed_) {
+        recording_.reset();  // its buffers may be regrown below
+        std::unique_ptr<gpu::Encoder> enc = dev.encoder();
+        record(*enc, shape);
+        recording_ = std::move(enc);
+        recorded_ = shape;
+    }
+    dev.submit(*recording_);
+    last_dispatches_ = recording_->dispatches();
+    if (logits)
+        std::memcpy(logits, logits_host_->mapped(),
+                    size_t((all_logits ? n : 1) * c.n_vocab) * sizeof(float));
+}
+
+void GpuForward::record(gpu::Encoder& e, const Shape& shape) {
+    const ModelConfig& c = cfg_;
+    const uint32_t E = u32(c.n_embd);
+    const int64_t n = shape.n;
 
     // --- embedding: gathered on the device when the table is one binding, else on the host.
     if (weights_.token_embd.splits.size() == 1) {
-        std::memcpy(ids_->mapped(), ids, size_t(n) * sizeof(int32_t));
         gk::get_rows a{};
         a.cols = E;
         a.n_ids = u32(n);
@@ -223,21 +261,14 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
         e.dispatch(require_stamp("get_rows_" + weights_.token_embd.format),
                    {weights_.token_embd.splits[0].buffer.get(), ids_.get(), x_.get()}, a, u32(n));
     } else {
-        gpu::Buffer& in = grow(embd_in_, size_t(max_batch_) * E * sizeof(float), "embd_in", true);
-        float* rows = static_cast<float*>(in.mapped());
-        for (int64_t t = 0; t < n; ++t) {
-            cpu::get_row(host_w_.token_embd, ids[t], rows + t * E);
-            if (c.embd_scale != 1.0f)
-                for (uint32_t i = 0; i < E; ++i) rows[t * E + i] *= c.embd_scale;
-        }
-        e.copy(in, 0, *x_, 0, size_t(n) * E * sizeof(float));
+        e.copy(*embd_in_, 0, *x_, 0, size_t(n) * E * sizeof(float));
     }
     for (const auto& r : ropes_) {
         gk::rope_table a{};
         a.n_half = u32(c.n_rot / 2);
         a.n_tok = u32(n);
-        a.pos0 = u32(pos0);
-        e.dispatch(require_stamp("rope_table"), {r->freqs.get(), r->tab.get()}, a,
+        a.pos0 = 0;  // the call's position is step_[0]
+        e.dispatch(require_stamp("rope_table"), {r->freqs.get(), r->tab.get(), step_.get()}, a,
                    stride_groups(n * (c.n_rot / 2), kRopeTableGroup));
     }
     e.barrier();
@@ -245,7 +276,7 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
     // --- layers: the norms before each projection are its input stage (mm_input.h).
     for (int il = 0; il < int(c.n_layer); ++il) {
         const DeviceLayer& l = weights_.layers[size_t(il)];
-        attention_layer(e, il, n, pos0);
+        attention_layer(e, il, n);
         const uint32_t attn_w = u32(c.n_head * c.head_dim_v);
         if (c.post_norms) {
             project(e, l.wo, *attn_, 0, attn_w, *out_, 0, E, n, false);
@@ -277,8 +308,8 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
     }
 
     // --- logits.
-    if (logits) {
-        const int64_t rows = all_logits ? n : 1;
+    if (shape.logits) {
+        const int64_t rows = shape.all_logits ? n : 1;
         const uint32_t first = u32(n - rows);
         const size_t bytes = size_t(rows * c.n_vocab) * sizeof(float);
         gpu::Buffer& dl = grow(logits_, bytes, "logits", false);
@@ -295,11 +326,6 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
         gpu::Buffer& hl = grow(logits_host_, bytes, "logits_host", true);
         e.copy(dl, 0, hl, 0, bytes);
     }
-    dev.submit(e);
-    last_dispatches_ = e.dispatches();
-    if (logits)
-        std::memcpy(logits, logits_host_->mapped(),
-                    size_t((all_logits ? n : 1) * c.n_vocab) * sizeof(float));
 }
 
 void GpuForward::read_kv(int layer, int64_t pos0, int64_t n, std::vector<float>& k,

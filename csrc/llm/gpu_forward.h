@@ -1,6 +1,8 @@
 // The forward pass of a dense text model resident on a GPU: weights uploaded once, the K/V
 // cache on the device (f16), and each call recorded as one command buffer of all layers,
-// submitted once. Same architecture rules as llm/forward.cpp (llama, qwen2, qwen3, gemma3);
+// submitted once. The token ids and the position are read from mapped memory, so a call of the
+// same shape as the last one (decode: one token, last logits) submits the last recording again
+// instead of recording ~6 dispatches a layer anew. Same architecture rules as llm/forward.cpp (llama, qwen2, qwen3, gemma3);
 // every kernel is a stamp of shaders/kernels.
 //
 // The device cache may run ahead of the host cache: read_kv()/write_kv() move rows between
@@ -36,10 +38,22 @@ public:
 
     gpu::Device& device() { return *device_; }
     uint64_t last_dispatches() const { return last_dispatches_; }
+    bool last_replayed() const { return last_replayed_; }
     uint64_t weight_bytes() const { return weights_.bytes; }
 
 private:
     struct RopeTab;
+    // What a recording depends on besides the mapped ids and position.
+    struct Shape {
+        int64_t n = 0;
+        bool all_logits = false, logits = false, profiled = false;
+        uint64_t knobs = 0;  // tuning::generation(): kernels read knobs when recorded
+        bool operator==(const Shape& o) const {
+            return n == o.n && all_logits == o.all_logits && logits == o.logits &&
+                   profiled == o.profiled && knobs == o.knobs;
+        }
+    };
+    void record(gpu::Encoder& e, const Shape& s);
     void run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits, float* logits);
     void project(gpu::Encoder& e, const DeviceMatrix& m, gpu::Buffer& x, uint32_t x_off,
                  uint32_t x_stride, gpu::Buffer& y, uint32_t y_off, uint32_t y_stride,
@@ -55,7 +69,7 @@ private:
                  int64_t width, gpu::Buffer& y, uint32_t y_off, const char* stamp_name = "rmsnorm");
     void eltwise(gpu::Encoder& e, const char* op, gpu::Buffer& y, uint32_t y_off, gpu::Buffer& x,
                  uint32_t x_off, int64_t n, float s);
-    void attention_layer(gpu::Encoder& e, int il, int64_t n, int64_t pos0);
+    void attention_layer(gpu::Encoder& e, int il, int64_t n);
     gpu::Buffer& grow(std::unique_ptr<gpu::Buffer>& buf, size_t bytes, const char* label, bool host);
 
     const ModelConfig& cfg_;
@@ -66,10 +80,13 @@ private:
     std::vector<std::unique_ptr<RopeTab>> ropes_;
     std::vector<size_t> layer_rope_;  // index into ropes_ per layer
     std::unique_ptr<gpu::Buffer> x_, qkv_, attn_, out_, gate_up_, logits_;
-    std::unique_ptr<gpu::Buffer> ids_, embd_in_, logits_host_, dummy_;
+    std::unique_ptr<gpu::Buffer> ids_, step_, embd_in_, logits_host_, dummy_;
+    std::unique_ptr<gpu::Encoder> recording_;  // the last call's command buffer
+    Shape recorded_;
     std::vector<std::unique_ptr<gpu::Buffer>> kc_, vc_;
     bool coopmat_ = false;
     uint64_t last_dispatches_ = 0;
+    bool last_replayed_ = false;
 };
 
 }  // namespace dasllama

@@ -127,6 +127,7 @@ bool LLMModel::try_gpu(const int32_t* ids, int64_t n, int64_t start, bool all_lo
     n_past_ = start + n;
     seat.served += 1;
     seat.dispatches += gpu_->last_dispatches();
+    seat.replays += gpu_->last_replayed() ? 1 : 0;
     return true;
 }
 

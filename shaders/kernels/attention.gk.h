@@ -1,7 +1,8 @@
 // Causal softmax attention over the f16 K/V cache, grouped-query, optionally windowed
-// (cpu::attention). Query token t < n_tok sits at position pos0 + t; head h reads
-// q[q_off + t * q_stride + h * head_dim] and kv head g = h / (n_head / n_head_kv); it sees the
-// keys p with lo <= p <= pos0 + t, lo = pos0 + t - window + 1 when window > 0 (clamped at 0),
+// (cpu::attention). Query token t < n_tok sits at position p0 + t, p0 = pos_base[0] + pos0
+// (the base is read from memory so that one recorded command buffer serves every decode step);
+// head h reads q[q_off + t * q_stride + h * head_dim] and kv head g = h / (n_head / n_head_kv);
+// it sees the keys p with lo <= p <= p0 + t, lo = p0 + t - window + 1 when window > 0 (clamped at 0),
 // else 0. Key p of head g is f16 element k_off + p * n_head_kv * head_dim + g * head_dim + d
 // of kc (vc alike with head_dim_v); attn_out[out_off + t * out_stride + h * head_dim_v + d]
 // gets the softmax(scale * q.k)-weighted sum of the values. (The output buffer is attn_out:
@@ -35,7 +36,7 @@
 #define GK_ATTN_NONE -3.0e38f
 
 #define GK_BUFFERS(B) B(0, ro, float, q) B(1, ro, uint, kc) B(2, ro, uint, vc) \
-    B(3, wo, float, attn_out)
+    B(3, wo, float, attn_out) B(4, ro, uint, pos_base)
 #define GK_ARGS(A) A(uint, n_tok) A(uint, n_head) A(uint, n_head_kv) A(uint, head_dim) \
     A(uint, head_dim_v) A(uint, pos0) A(uint, window) A(uint, q_off) A(uint, q_stride) \
     A(uint, k_off) A(uint, v_off) A(uint, out_off) A(uint, out_stride) A(float, scale)
@@ -58,7 +59,7 @@ GK_KERNEL(attention, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     uint dvh = DV / 2u;
     uint g = h / (args.n_head / args.n_head_kv);
     uint n_q = gk_min(uint(GK_ATTN_TQ), args.n_tok - t0);
-    uint pos_first = args.pos0 + t0;
+    uint pos_first = pos_base[0] + args.pos0 + t0;
     uint pos_last = pos_first + n_q - 1u;
     // The first key any query of the tile sees (cpu::attention: p - window < k <= p).
     bool cut = args.window > 0u && pos_first + 1u > args.window;

@@ -28,6 +28,8 @@
 #define GK_MATVEC_MAX_TOK 8u
 #define GK_WG 128
 #define GK_MATVEC_CHUNK (GK_WG * GK_UNIT)
+// Narrow rows have fewer than WG units, so their ROWS * units pairs take at most ROWS passes.
+#define GK_MATVEC_NARROW_PASSES GK_MATVEC_ROWS
 // x in workgroup memory, one pad word after every 16 so that a thread reading its own unit's 16
 // values (stride 17 between threads) hits distinct banks.
 #define GK_XS(e) ((e) + ((e) >> 4u))
@@ -146,9 +148,9 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
 #else
             // Wide rows: thread i takes unit i of the chunk in all GK_MATVEC_ROWS rows. Narrow
             // rows (fewer units than threads, e.g. a 576-wide model) would leave most threads
-            // idle that way: there subgroup g takes rows g, g + n_sg, ... and its lanes the
-            // chunk's units. Either way acc[r] holds this thread's part of row r; the reduction
-            // below sums all threads.
+            // idle that way: there the workgroup's threads share the (row, unit) pairs of all
+            // its rows. Either way acc[r] holds this thread's part of row r; the reduction below
+            // sums all threads.
             if (args.cols >= GK_MATVEC_CHUNK) {
                 uint u = c0 / GK_UNIT + tid;
                 if (u < n_units) {
@@ -165,18 +167,25 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
                     }
                 }
             } else {
-                GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) {
-                    if (r % GK_NUM_SUBGROUPS == GK_SUBGROUP_ID && row0 + r < args.rows) {
-                        for (uint uu = GK_LANE; uu < n_units; uu += GK_SUBGROUP_SIZE) {
-                            uint p = GK_FMT_UNIT_PART(uu);
-                            uint ub = uu * GK_UNIT - GK_UNIT * p;
-                            float xv[16];
-                            GK_UNROLL for (uint i = 0u; i < 16u; ++i) xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
-                            float s;
-                            GK_MATVEC_UNIT_DOT(s, row0 + r, uu, p, xv)
-                            acc[r] += s;
-                        }
-                    }
+                // (row, unit) pairs q = tid + k * WG, row-major: the four passes are unrolled
+                // and branch-free (indices clamped, the sum selected away) so that every weight
+                // load of a thread is in flight at once; a loop over units would wait for one
+                // memory round trip per unit.
+                uint n_pairs = GK_MATVEC_ROWS * n_units;
+                GK_UNROLL for (uint k = 0u; k < GK_MATVEC_NARROW_PASSES; ++k) {
+                    uint q = tid + k * GK_WG;
+                    uint qc = gk_min(q, n_pairs - 1u);
+                    uint r = qc / n_units;
+                    uint uu = qc - r * n_units;
+                    uint p = GK_FMT_UNIT_PART(uu);
+                    uint ub = uu * GK_UNIT - GK_UNIT * p;
+                    float xv[16];
+                    GK_UNROLL for (uint i = 0u; i < 16u; ++i) xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
+                    float s;
+                    GK_MATVEC_UNIT_DOT(s, gk_min(row0 + r, args.rows - 1u), uu, p, xv)
+                    bool live = q < n_pairs && row0 + r < args.rows;
+                    GK_UNROLL for (uint rr = 0u; rr < GK_MATVEC_ROWS; ++rr)
+                        acc[rr] += (live && rr == r) ? s : 0.0f;
                 }
             }
 #endif

@@ -3,7 +3,9 @@
 //   + bias (qwen2; flags bit 1), RMSNorm with q_norm / k_norm (qwen3, gemma3; flags bit 0),
 //   rope of the first n_rot dims (NORM pairs, or NEOX with GK_ROPE_NEOX=1), then
 //   q heads written back in place, k and v heads appended to the f16 caches kc and vc at
-//   element dst_off + t * kv_dim + h * head_dim (kv_dim = n_head_kv * head_dim).
+//   element (pos_base[0] + dst_pos + t) * kv_dim + h * head_dim (kv_dim = n_head_kv * head_dim).
+// The position base is read from memory so that one recorded command buffer serves every
+// decode step.
 // Same order and rounding as the separate kernels (eltwise add, rmsnorm, rope, kv_store).
 // Dispatch: gx = n_head + 2 * n_head_kv (one workgroup per head slot: q heads, k heads, v
 // heads), gy = n_tok. head_dim even and at most GK_QKV_DMAX; v heads as wide as k heads.
@@ -16,9 +18,10 @@
 #define GK_QKV_DMAX 256
 
 #define GK_BUFFERS(B) B(0, rw, float, qkv) B(1, ro, float, tab) B(2, rw, uint, kc) \
-    B(3, rw, uint, vc) B(4, ro, float, q_norm) B(5, ro, float, k_norm) B(6, ro, float, bias)
+    B(3, rw, uint, vc) B(4, ro, float, q_norm) B(5, ro, float, k_norm) B(6, ro, float, bias) \
+    B(7, ro, uint, pos_base)
 #define GK_ARGS(A) A(uint, n_head) A(uint, n_head_kv) A(uint, head_dim) A(uint, n_rot) \
-    A(uint, qkv_off) A(uint, qkv_stride) A(uint, dst_off) A(uint, tab_off) A(uint, flags) \
+    A(uint, qkv_off) A(uint, qkv_stride) A(uint, dst_pos) A(uint, tab_off) A(uint, flags) \
     A(float, eps)
 #define GK_SHARED(S) S(float, head, GK_QKV_DMAX) S(float, part, GK_REDUCE_PARTS(GK_WG))
 #define GK_WG 128
@@ -80,7 +83,7 @@ GK_KERNEL(qkv_rope_store, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     if (kind == 0u) {
         for (uint i = GK_LOCAL_ID; i < hd; i += GK_WG) qkv[row + i] = head[i];
     } else {
-        uint base = (args.dst_off + t * kv_dim + h * hd) / 2u;
+        uint base = ((pos_base[0] + args.dst_pos + t) * kv_dim + h * hd) / 2u;
         for (uint j = GK_LOCAL_ID; j < hd / 2u; j += GK_WG) {
             uint packed = gk_f32_to_f16_rne(head[2u * j]) | (gk_f32_to_f16_rne(head[2u * j + 1u]) << 16u);
             if (kind == 1u) kc[base + j] = packed;

@@ -37,7 +37,7 @@ public:
     const DeviceFunctions& fn() const { return fn_; }
     VkDevice handle() const { return device_; }
     const PhysicalDevice& physical() const { return pd_; }
-    bool profiling() const { return profiling_.load(); }
+    bool profiling() const override { return profiling_.load(); }
     // The pipeline and descriptor set for one dispatch (cached; see PipelineCache).
     PipelineCache::Binding prepare_dispatch(const StampInfo& stamp,
                                             const std::vector<const VulkanBuffer*>& buffers);

@@ -27,6 +27,10 @@ const gpu::StampInfo& pocket_stamp(const std::string& name) { return gpu::requir
 
 GpuOps::GpuOps(std::shared_ptr<gpu::Device> device) : device_(std::move(device)) {
     dummy_ = device_->alloc(16, "unused binding");
+    // rope_table adds a position base read from memory; these calls pass theirs in arguments.
+    const uint32_t zero = 0;
+    zero_base_ = device_->alloc(sizeof(zero), "position base 0");
+    device_->upload(*zero_base_, 0, &zero, sizeof(zero));
     coopmat_ = device_->info().coopmat_khr;
 }
 
@@ -95,7 +99,8 @@ void GpuOps::rope_table(gpu::Encoder& e, gpu::Buffer& freqs, gpu::Buffer& tab, i
     a.n_half = u32(half);
     a.n_tok = u32(n_tok);
     a.pos0 = u32(pos0);
-    e.dispatch(pocket_stamp("rope_table"), {&freqs, &tab}, a, grid(n_tok * half, kRopeTableGroup));
+    e.dispatch(pocket_stamp("rope_table"), {&freqs, &tab, zero_base_.get()}, a,
+               grid(n_tok * half, kRopeTableGroup));
 }
 
 void GpuOps::rope(gpu::Encoder& e, gpu::Buffer& x, uint32_t x_stride, int64_t n_tok,

@@ -60,7 +60,7 @@ public:
 
 private:
     std::shared_ptr<gpu::Device> device_;
-    std::unique_ptr<gpu::Buffer> dummy_;
+    std::unique_ptr<gpu::Buffer> dummy_, zero_base_;
     bool coopmat_ = false;
 };
 
