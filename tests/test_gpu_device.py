@@ -95,6 +95,13 @@ def test_resolve_device(monkeypatch):
         gpu.resolve_device(None)
     with pytest.raises(DeviceError, match="vulkan:NAME"):
         gpu.resolve_device("vulkan:")
+    assert gpu.resolve_device("Metal:0") == "metal:0"
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="Apple builds have the Metal home")
+def test_metal_off_apple_says_the_build_has_no_metal_home():
+    with pytest.raises(DeviceError, match="no Metal home"):
+        _core.GpuDebug("metal")
 
 
 def test_no_loader_means_no_devices_and_a_reason():

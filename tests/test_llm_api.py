@@ -266,8 +266,8 @@ def test_close_device_and_context_manager(tmp_path):
     assert model.closed
     with pytest.raises(dasllama.DasllamaError, match="closed"):
         llm.generate("x")
-    with pytest.raises(DeviceError, match=r"'metal' is not a device: use cpu"):
-        LLM(tmp_path / "none.gguf", device="metal")
+    with pytest.raises(DeviceError, match=r"'tpu' is not a device: use cpu"):
+        LLM(tmp_path / "none.gguf", device="tpu")
 
 
 # ---------------------------------------------------------------------------------------------

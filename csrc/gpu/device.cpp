@@ -6,6 +6,9 @@
 #if DASLLAMA_VULKAN
 #include "gpu/vulkan/vk_instance.h"
 #endif
+#if DASLLAMA_METAL
+#include "gpu/metal/mtl_home.h"
+#endif
 
 namespace dasllama::gpu {
 
@@ -20,25 +23,44 @@ const char* device_type_name(DeviceType t) {
     return "other";
 }
 
-std::vector<DeviceInfo> list_devices() {
-#if DASLLAMA_VULKAN
-    try {
-        return vk::list_vulkan_devices();
-    } catch (const std::exception&) {
-        return {};  // the reason is kept by the home
-    }
-#else
-    return {};
-#endif
-}
+namespace {
 
-std::string unavailable_reason() {
+std::string vulkan_reason() {
 #if DASLLAMA_VULKAN
     return vk::vulkan_unavailable_reason();
 #else
     // The build's reason (no headers, no shader compiler, switched off), kept in the stamp table.
     const std::string why = vulkan_stamps_missing_reason();
     return why.empty() ? "this build of dasllama has no GPU home" : why;
+#endif
+}
+
+}  // namespace
+
+std::vector<DeviceInfo> list_devices() {
+    std::vector<DeviceInfo> out;
+#if DASLLAMA_VULKAN
+    try {
+        out = vk::list_vulkan_devices();
+    } catch (const std::exception&) {
+        // the reason is kept by the home
+    }
+#endif
+#if DASLLAMA_METAL
+    for (DeviceInfo& d : mtl::list_metal_devices()) out.push_back(std::move(d));
+#endif
+    return out;
+}
+
+std::string unavailable_reason() {
+#if DASLLAMA_METAL
+    // Either home's devices make the list non-empty; with none, both homes say why.
+    const std::string metal_why = mtl::metal_unavailable_reason();
+    const std::string vulkan_why = vulkan_reason();
+    if (metal_why.empty() || vulkan_why.empty()) return "";
+    return "Metal: " + metal_why + "; Vulkan: " + vulkan_why;
+#else
+    return vulkan_reason();
 #endif
 }
 
@@ -51,17 +73,30 @@ ValidationReport validation_report() {
 }
 
 std::shared_ptr<Device> open_device(std::string_view spec) {
+    auto names = [&](std::string_view home) {
+        return spec.substr(0, home.size()) == home &&
+               (spec.size() == home.size() || spec[home.size()] == ':');
+    };
     const std::string_view vulkan = "vulkan";
-    if (spec.substr(0, vulkan.size()) == vulkan &&
-        (spec.size() == vulkan.size() || spec[vulkan.size()] == ':')) {
+    if (names(vulkan)) {
 #if DASLLAMA_VULKAN
         return vk::open_vulkan_device(spec.substr(vulkan.size()));
 #else
-        throw DeviceError("cannot open '" + std::string(spec) + "': " + unavailable_reason());
+        throw DeviceError("cannot open '" + std::string(spec) + "': " + vulkan_reason());
+#endif
+    }
+    const std::string_view metal = "metal";
+    if (names(metal)) {
+#if DASLLAMA_METAL
+        return mtl::open_metal_device(spec.substr(metal.size()));
+#else
+        throw DeviceError("cannot open '" + std::string(spec) +
+                          "': this build of dasllama has no Metal home (Apple platforms only)");
 #endif
     }
     throw DeviceError("unknown device '" + std::string(spec) +
-                      "': use vulkan, vulkan:N (an index) or vulkan:NAME (part of a name)");
+                      "': use vulkan, vulkan:N (an index), vulkan:NAME (part of a name), "
+                      "or metal, metal:N, metal:NAME");
 }
 
 }  // namespace dasllama::gpu

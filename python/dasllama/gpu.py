@@ -36,12 +36,14 @@ def resolve_device(spec: str | None = None) -> str:
         source = "DASLLAMA_DEVICE"
     text = str(spec).strip()
     low = text.lower()
-    if low in ("cpu", "vulkan"):
+    if low in ("cpu", "vulkan", "metal"):
         return low
-    if low.startswith("vulkan:") and len(text) > len("vulkan:"):
-        return "vulkan:" + text[len("vulkan:"):]
+    for home in ("vulkan", "metal"):
+        if low.startswith(home + ":") and len(text) > len(home) + 1:
+            return home + ":" + text[len(home) + 1:]
     raise DeviceError(f"{source}={spec!r} is not a device: use cpu, vulkan, vulkan:N "
-                      f"(an index) or vulkan:NAME (part of a device name)")
+                      f"(an index), vulkan:NAME (part of a device name), or metal, metal:N, "
+                      f"metal:NAME on Apple platforms")
 
 
 def _memory(n: int) -> str:

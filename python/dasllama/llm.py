@@ -34,7 +34,8 @@ from .gpu import resolve_device
 
 __all__ = ["LLM", "DEVICES", "DEFAULT_MODEL"]
 
-DEVICES = ("cpu", "vulkan")  # device kinds this release runs LLMs on ("vulkan:N" picks one)
+# Device kinds this release runs LLMs on ("vulkan:N" picks one; metal on Apple platforms).
+DEVICES = ("cpu", "vulkan", "metal")
 DEFAULT_MODEL = "smollm2"
 
 
@@ -97,7 +98,7 @@ class LLM:
         device = resolve_device(device)
         if device.split(":", 1)[0] not in DEVICES:
             raise DeviceError(f"device {device!r} is not available: this release runs language "
-                              f"models on {', '.join(map(repr, DEVICES))} (or 'vulkan:N')")
+                              f"models on {', '.join(map(repr, DEVICES))} (or 'vulkan:N', 'metal:N')")
         n_ctx = _check_int("n_ctx", n_ctx, 1)
         threads = _check_int("threads", threads, 0, allow_none=True)
         path = models.find(DEFAULT_MODEL if path_or_name is None else path_or_name)
@@ -149,7 +150,8 @@ class LLM:
         call), prompt_tokens_per_s, gen_tokens, gen_tokens_per_s, prompt_seconds, gen_seconds,
         finish_reason ("eog", "stop", "length", "context", or "interrupted"); on a GPU device
         also seats: {"prefill"|"decode": {"served", "declined": {reason: n}, "dispatches",
-        "uploads"}}, counted since the model was opened."""
+        "uploads", "replays"}}, counted since the model was opened (replays: calls that
+        submitted the previous call's command buffer again)."""
         out = dict(self._stats)
         seats = getattr(self._model, "seat_stats", None) if self._model is not None else None
         if out and seats is not None and seats():

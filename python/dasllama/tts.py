@@ -45,7 +45,8 @@ from .errors import TTSInputError
 
 __all__ = ["TTS", "TTSInputError", "add_speak_parser", "DEVICES"]
 
-DEVICES = ("cpu", "vulkan")  # device kinds this release runs Pocket TTS on ("vulkan:N" picks one)
+# Device kinds this release runs Pocket TTS on ("vulkan:N" picks one; metal on Apple platforms).
+DEVICES = ("cpu", "vulkan", "metal")
 _FIRST_STEP_FRAMES = 1       # a stream's first piece: one frame (80 ms), for a quick start
 _STEP_FRAMES = 6             # later pieces: frames decoded per call (about half a second)
 _VOICE_FORMAT = "dasllama-pocket-voice"
@@ -302,7 +303,7 @@ class TTS:
         stats["wall_seconds"] = time.perf_counter() - start
         if self.device != "cpu":
             # {"prompt"|"frames"|"codec": {"served", "declined": {reason: n}, "dispatches",
-            # "uploads"}}, counted since the model was opened
+            # "uploads", "replays"}}, counted since the model was opened
             stats["seats"] = self.model.seat_stats()
 
     def speak(self, text: str, voice: Optional[str] = None, temperature: float = 0.3,
