@@ -74,90 +74,155 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     uint n_tok = gk_min(args.n_tok, GK_MATVEC_MAX_TOK);
     uint row_bytes = GK_FMT_ROW_BYTES(args.cols);
     uint n_units = GK_FMT_UNITS(args.cols);
+#if !defined(GK_FMT_F32) && !defined(GK_FMT_F16)
+    // Narrow rows (fewer units than threads, e.g. a 576-wide model) are latency bound: the
+    // workgroup's threads share the (row, unit) pairs q = tid + k * WG of all its rows, and
+    // decode them before anything else, in unrolled branch-free passes (indices clamped, unused
+    // pairs marked with row GK_MATVEC_ROWS), so every weight load of a thread is in flight
+    // while the token row is read. The weights stay in registers for every token row.
+    bool narrow = args.cols < GK_MATVEC_CHUNK;
+    float wv[GK_MATVEC_NARROW_PASSES][16];
+    uint pair_row[GK_MATVEC_NARROW_PASSES];
+    uint pair_unit[GK_MATVEC_NARROW_PASSES];
+    if (narrow) {
+        uint n_pairs = GK_MATVEC_ROWS * n_units;
+        GK_UNROLL for (uint k = 0u; k < GK_MATVEC_NARROW_PASSES; ++k) {
+            uint q = tid + k * GK_WG;
+            uint qc = gk_min(q, n_pairs - 1u);
+            uint r = qc / n_units;
+            uint uu = qc - r * n_units;
+            uint row = gk_min(row0 + r, args.rows - 1u);
+            uint blk_b = GK_FMT_UNIT_BLOCK_BYTE(row * row_bytes, uu);
+            GK_MATVEC_DECODE(wv[k], blk_b, GK_FMT_UNIT_PART(uu))
+            pair_row[k] = (q < n_pairs && row0 + r < args.rows) ? r : GK_MATVEC_ROWS;
+            pair_unit[k] = uu;
+        }
+    }
+#endif
 
     for (uint t = 0u; t < n_tok; ++t) {
         uint xt = args.x_off + t * args.x_stride;
-        float inv = 1.0f;
-        if (args.in_mode == GK_MM_IN_RMSNORM) {
-            float ss = 0.0f;
-            for (uint k = tid; k < args.cols; k += GK_WG) ss = gk_fma(x[xt + k], x[xt + k], ss);
-            float total;
-            GK_WG_SUM_INTO(total, ss, part, 0u)
-            inv = gk_rms_inv(total, args.cols, args.eps);
-        }
         float acc[GK_MATVEC_ROWS];
         GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) acc[r] = 0.0f;
-        for (uint c0 = 0u; c0 < args.cols; c0 += GK_MATVEC_CHUNK) {
+#if !defined(GK_FMT_F32) && !defined(GK_FMT_F16)
+        if (narrow) {
+            // The token row in one round of loads (elements tid + j * WG, clamped), its norm
+            // from registers (the same sum order as the wide path's), then into xs.
+            float xr[GK_UNIT];
+            float nw[GK_UNIT];
+            float ss = 0.0f;
             GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) {
                 uint e = tid + j * GK_WG;
-                float xv = 0.0f;
-                if (c0 + e < args.cols) GK_MM_INPUT(xv, xt, c0 + e, inv)
-                xs[GK_XS(e)] = xv;
+                uint ec = gk_min(e, args.cols - 1u);
+                float v = x[xt + ec];
+                if (args.in_mode > GK_MM_IN_RMSNORM)
+                    v = gk_gate_act(v, args.in_mode - 2u) * x[xt + ec + args.aux_off];
+                xr[j] = e < args.cols ? v : 0.0f;
+                ss = gk_fma(xr[j], xr[j], ss);
             }
-            GK_BARRIER();
-#if defined(GK_FMT_F32) || defined(GK_FMT_F16)
-            GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) {
-                if (row0 + r < args.rows) {
-                    float s = 0.0f;
-                    uint re = (row0 + r) * args.cols + c0;   // the chunk's first element
-                    if ((args.cols & (GK_WIDE_ELEMS - 1u)) == 0u) {
-                        // Rows start 16-byte aligned: one 16-byte load per GK_WIDE_ELEMS columns.
-                        GK_UNROLL for (uint j = 0u; j < GK_UNIT / GK_WIDE_ELEMS; ++j) {
-                            uint g = tid + j * GK_WG;
-                            uint e = g * GK_WIDE_ELEMS;
-                            if (c0 + e < args.cols) {
-                                uint4 q = w4[re / GK_WIDE_ELEMS + g];
-#if defined(GK_FMT_F32)
-                                s = gk_fma(gk_bits_to_float(q.x), xs[GK_XS(e)], s);
-                                s = gk_fma(gk_bits_to_float(q.y), xs[GK_XS(e + 1u)], s);
-                                s = gk_fma(gk_bits_to_float(q.z), xs[GK_XS(e + 2u)], s);
-                                s = gk_fma(gk_bits_to_float(q.w), xs[GK_XS(e + 3u)], s);
-#else
-                                float2 h0 = gk_unpack_half2(q.x);
-                                float2 h1 = gk_unpack_half2(q.y);
-                                float2 h2 = gk_unpack_half2(q.z);
-                                float2 h3 = gk_unpack_half2(q.w);
-                                s = gk_fma(h0.x, xs[GK_XS(e)], s);
-                                s = gk_fma(h0.y, xs[GK_XS(e + 1u)], s);
-                                s = gk_fma(h1.x, xs[GK_XS(e + 2u)], s);
-                                s = gk_fma(h1.y, xs[GK_XS(e + 3u)], s);
-                                s = gk_fma(h2.x, xs[GK_XS(e + 4u)], s);
-                                s = gk_fma(h2.y, xs[GK_XS(e + 5u)], s);
-                                s = gk_fma(h3.x, xs[GK_XS(e + 6u)], s);
-                                s = gk_fma(h3.y, xs[GK_XS(e + 7u)], s);
-#endif
-                            }
-                        }
-                    } else {
-                        // Any width: one element per load, consecutive threads on consecutive
-                        // columns.
-                        GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) {
-                            uint e = tid + j * GK_WG;
-                            if (c0 + e < args.cols) {
-#if defined(GK_FMT_F32)
-                                s = gk_fma(gk_bits_to_float(w[re + e]), xs[GK_XS(e)], s);
-#else
-                                s = gk_fma(GK_F16_A2(w, (re + e) * 2u), xs[GK_XS(e)], s);
-#endif
-                            }
-                        }
-                    }
-                    acc[r] += s;
+            float inv = 1.0f;
+            if (args.in_mode == GK_MM_IN_RMSNORM) {
+                GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j)
+                    nw[j] = aux[args.aux_off + gk_min(tid + j * GK_WG, args.cols - 1u)];
+                float total;
+                GK_WG_SUM_INTO(total, ss, part, 0u)
+                inv = gk_rms_inv(total, args.cols, args.eps);
+                GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) {
+                    GK_PRECISE float xn = xr[j] * inv;
+                    xr[j] = xn * nw[j];
                 }
             }
+            GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) xs[GK_XS(tid + j * GK_WG)] = xr[j];
+            GK_BARRIER();
+            GK_UNROLL for (uint k = 0u; k < GK_MATVEC_NARROW_PASSES; ++k) {
+                uint p = GK_FMT_UNIT_PART(pair_unit[k]);
+                uint ub = pair_unit[k] * GK_UNIT - GK_UNIT * p;
+                float s = 0.0f;
+                GK_UNROLL for (uint i = 0u; i < 16u; ++i)
+                    s = gk_fma(wv[k][i], xs[GK_XS(ub + GK_FMT_ELEM(p, i))], s);
+                GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r)
+                    acc[r] += pair_row[k] == r ? s : 0.0f;
+            }
+            // xs is written again only after the reduction's barriers below.
+        } else
+#endif
+        {
+            float inv = 1.0f;
+            if (args.in_mode == GK_MM_IN_RMSNORM) {
+                float ss = 0.0f;
+                for (uint k = tid; k < args.cols; k += GK_WG)
+                    ss = gk_fma(x[xt + k], x[xt + k], ss);
+                float total;
+                GK_WG_SUM_INTO(total, ss, part, 0u)
+                inv = gk_rms_inv(total, args.cols, args.eps);
+            }
+            for (uint c0 = 0u; c0 < args.cols; c0 += GK_MATVEC_CHUNK) {
+                GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) {
+                    uint e = tid + j * GK_WG;
+                    float xv = 0.0f;
+                    if (c0 + e < args.cols) GK_MM_INPUT(xv, xt, c0 + e, inv)
+                    xs[GK_XS(e)] = xv;
+                }
+                GK_BARRIER();
+#if defined(GK_FMT_F32) || defined(GK_FMT_F16)
+                GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) {
+                    if (row0 + r < args.rows) {
+                        float s = 0.0f;
+                        uint re = (row0 + r) * args.cols + c0;   // the chunk's first element
+                        if ((args.cols & (GK_WIDE_ELEMS - 1u)) == 0u) {
+                            // Rows start 16-byte aligned: a 16-byte load per GK_WIDE_ELEMS columns.
+                            GK_UNROLL for (uint j = 0u; j < GK_UNIT / GK_WIDE_ELEMS; ++j) {
+                                uint g = tid + j * GK_WG;
+                                uint e = g * GK_WIDE_ELEMS;
+                                if (c0 + e < args.cols) {
+                                    uint4 q = w4[re / GK_WIDE_ELEMS + g];
+#if defined(GK_FMT_F32)
+                                    s = gk_fma(gk_bits_to_float(q.x), xs[GK_XS(e)], s);
+                                    s = gk_fma(gk_bits_to_float(q.y), xs[GK_XS(e + 1u)], s);
+                                    s = gk_fma(gk_bits_to_float(q.z), xs[GK_XS(e + 2u)], s);
+                                    s = gk_fma(gk_bits_to_float(q.w), xs[GK_XS(e + 3u)], s);
 #else
-            // Wide rows: thread i takes unit i of the chunk in all GK_MATVEC_ROWS rows. Narrow
-            // rows (fewer units than threads, e.g. a 576-wide model) would leave most threads
-            // idle that way: there the workgroup's threads share the (row, unit) pairs of all
-            // its rows. Either way acc[r] holds this thread's part of row r; the reduction below
-            // sums all threads.
-            if (args.cols >= GK_MATVEC_CHUNK) {
+                                    float2 h0 = gk_unpack_half2(q.x);
+                                    float2 h1 = gk_unpack_half2(q.y);
+                                    float2 h2 = gk_unpack_half2(q.z);
+                                    float2 h3 = gk_unpack_half2(q.w);
+                                    s = gk_fma(h0.x, xs[GK_XS(e)], s);
+                                    s = gk_fma(h0.y, xs[GK_XS(e + 1u)], s);
+                                    s = gk_fma(h1.x, xs[GK_XS(e + 2u)], s);
+                                    s = gk_fma(h1.y, xs[GK_XS(e + 3u)], s);
+                                    s = gk_fma(h2.x, xs[GK_XS(e + 4u)], s);
+                                    s = gk_fma(h2.y, xs[GK_XS(e + 5u)], s);
+                                    s = gk_fma(h3.x, xs[GK_XS(e + 6u)], s);
+                                    s = gk_fma(h3.y, xs[GK_XS(e + 7u)], s);
+#endif
+                                }
+                            }
+                        } else {
+                            // Any width: one element per load, consecutive threads on consecutive
+                            // columns.
+                            GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) {
+                                uint e = tid + j * GK_WG;
+                                if (c0 + e < args.cols) {
+#if defined(GK_FMT_F32)
+                                    s = gk_fma(gk_bits_to_float(w[re + e]), xs[GK_XS(e)], s);
+#else
+                                    s = gk_fma(GK_F16_A2(w, (re + e) * 2u), xs[GK_XS(e)], s);
+#endif
+                                }
+                            }
+                        }
+                        acc[r] += s;
+                    }
+                }
+#else
+                // Wide rows: thread i takes unit i of the chunk in all GK_MATVEC_ROWS rows.
                 uint u = c0 / GK_UNIT + tid;
                 if (u < n_units) {
                     uint p = GK_FMT_UNIT_PART(u);
                     uint ub = tid * GK_UNIT - GK_UNIT * p;
                     float xv[16];
-                    GK_UNROLL for (uint i = 0u; i < 16u; ++i) xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
+                    GK_UNROLL for (uint i = 0u; i < 16u; ++i)
+                        xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
                     GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) {
                         if (row0 + r < args.rows) {
                             float s;
@@ -166,31 +231,10 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
                         }
                     }
                 }
-            } else {
-                // (row, unit) pairs q = tid + k * WG, row-major: the four passes are unrolled
-                // and branch-free (indices clamped, the sum selected away) so that every weight
-                // load of a thread is in flight at once; a loop over units would wait for one
-                // memory round trip per unit.
-                uint n_pairs = GK_MATVEC_ROWS * n_units;
-                GK_UNROLL for (uint k = 0u; k < GK_MATVEC_NARROW_PASSES; ++k) {
-                    uint q = tid + k * GK_WG;
-                    uint qc = gk_min(q, n_pairs - 1u);
-                    uint r = qc / n_units;
-                    uint uu = qc - r * n_units;
-                    uint p = GK_FMT_UNIT_PART(uu);
-                    uint ub = uu * GK_UNIT - GK_UNIT * p;
-                    float xv[16];
-                    GK_UNROLL for (uint i = 0u; i < 16u; ++i) xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
-                    float s;
-                    GK_MATVEC_UNIT_DOT(s, gk_min(row0 + r, args.rows - 1u), uu, p, xv)
-                    bool live = q < n_pairs && row0 + r < args.rows;
-                    GK_UNROLL for (uint rr = 0u; rr < GK_MATVEC_ROWS; ++rr)
-                        acc[rr] += (live && rr == r) ? s : 0.0f;
-                }
-            }
 #endif
-            // xs is written again by the next chunk.
-            GK_BARRIER();
+                // xs is written again by the next chunk.
+                GK_BARRIER();
+            }
         }
         // Per-subgroup sums into part[subgroup * ROWS + r], then thread r adds the subgroups
         // in order. Rows past `rows` hold zeros and are reduced anyway: the code stays uniform.
