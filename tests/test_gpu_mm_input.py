@@ -36,6 +36,8 @@ def _run(g, kind, fmt, n_tok, mode, seed):
                      aux_off, EPS)
     if kind == "matvec":
         groups = (ceil_div(ROWS, 4), 1, 1)
+    elif kind == "matvec_tall":
+        groups = (ceil_div(ROWS, 64), 1, 1)
     else:
         groups = (ceil_div(ROWS, 64), ceil_div(n_tok, 64), 1)
     out = g.run(f"{kind}_{fmt.lower()}", [as_words(raw), x, y, norm_w], args, groups)
@@ -53,7 +55,8 @@ def _run(g, kind, fmt, n_tok, mode, seed):
     return rel_l2(got, xin @ dense.T), rel_l2(got, wrong @ dense.T)
 
 
-@pytest.mark.parametrize("kind,n_tok", [("matvec", 1), ("matvec", 3), ("matmul", 70)])
+@pytest.mark.parametrize("kind,n_tok", [("matvec", 1), ("matvec", 3), ("matvec_tall", 1),
+                                         ("matvec_tall", 3), ("matmul", 70)])
 @pytest.mark.parametrize("fmt", ["Q4_0", "Q8_0", "Q4_K"])
 @pytest.mark.parametrize("mode", [1, 2, 3])
 def test_input_stage_matches_numpy(gpu, kind, n_tok, fmt, mode):  # noqa: F811

@@ -1,7 +1,8 @@
 """The Vulkan knobs of the LLM. vulkan.project.matvec_max_tokens: the engine reads it, refuses
 values outside its range, and gives the same logits (to rounding: the matrix-vector and tiled
 kernels sum in other orders) whichever value is set; negative control: a different prompt's
-logits differ far beyond that bar. vulkan.llm.replay: decode steps submit the previous step's
+logits differ far beyond that bar; the same for vulkan.project.tall_min_rows (1: every decode
+projection takes the tall matrix-vector stamps). vulkan.llm.replay: decode steps submit the previous step's
 command buffer again (counted in the seat stats), with logits equal bit for bit to recording
 every step anew; negative control: a step at another position differs."""
 
@@ -16,6 +17,7 @@ from dasllama.testing import write_random_model
 SPEC = os.environ.get("DASLLAMA_TEST_VULKAN", "vulkan:llvmpipe")
 KNOB = "vulkan.project.matvec_max_tokens"
 REPLAY = "vulkan.llm.replay"
+TALL = "vulkan.project.tall_min_rows"
 BAR = 2e-6   # measured 4e-7 between the two kernel choices on lavapipe (printed)
 
 
@@ -33,6 +35,7 @@ def model(tmp_path):
     m.close()
     _core.tuning_reset(KNOB)
     _core.tuning_reset(REPLAY)
+    _core.tuning_reset(TALL)
 
 
 def _rel(a, b):
@@ -92,3 +95,20 @@ def test_decode_replays_its_command_buffer_with_identical_results(model):
     assert replays >= 5                       # the first step records, the others replay
     assert np.array_equal(replayed, recorded)
     assert _rel(shifted, recorded[0]) > 10 * BAR
+
+
+def test_tall_stamps_give_the_same_logits(model):
+    prompt = [(3 * i + 2) % 500 for i in range(4)]
+    steps = _decode(model, prompt, 3)
+    _core.tuning_set(TALL, 1)
+    tall = _decode(model, prompt, 3)
+    model.set_profiling(True)
+    model.eval([7])
+    stamps = {name for name, _ in model.last_profile()}
+    model.set_profiling(False)
+    assert any(s.startswith("matvec_tall_") for s in stamps), stamps
+    other = _decode(model, prompt[::-1], 3)
+    err, control = _rel(tall, steps), _rel(other, steps)
+    print(f"{TALL}=1 vs default: rel-l2 {err:.1e} (bar {BAR}); other prompt {control:.2f}")
+    assert err < BAR
+    assert control > 10 * BAR

@@ -25,6 +25,12 @@ const tuning::Knob& kMatvecMaxTokens = tuning::define(
     "vulkan.project.matvec_max_tokens", kMatvecTokenLimit, 1, kMatvecTokenLimit,
     "token rows at or below which projections use the matrix-vector kernels");
 
+// Rows from which decode projections take the tall matrix-vector stamps: where staging the
+// token row once per workgroup of GK_MATVEC_ROWS rows costs more than the rows' own reads.
+const tuning::Knob& kTallMinRows = tuning::define(
+    "vulkan.project.tall_min_rows", 16384, 1, int64_t(1) << 31,
+    "rows from which matrix-vector projections use the tall stamps (many rows a workgroup)");
+
 size_t round_up4(size_t n) { return (n + 3) & ~size_t(3); }
 uint32_t ceil_div(int64_t a, int64_t b) { return uint32_t((a + b - 1) / b); }
 
@@ -101,6 +107,10 @@ void project(Encoder& e, const DeviceMatrix& m, Buffer& x, uint32_t x_off, uint3
     const bool vec = n_tok <= kMatvecMaxTokens.get();
     std::string name = (vec ? "matvec_" : "matmul_") + m.format;
     if (!vec && coopmat && find_stamp(name + "_coopmat")) name += "_coopmat";
+    // Many narrow rows (an output projection over a large vocabulary): the tall stamps stage x
+    // once per GK_MATVEC_TALL_ROWS rows instead of once per GK_MATVEC_ROWS.
+    const bool tall = vec && m.rows >= kTallMinRows.get() && m.cols < GK_MATVEC_CHUNK;
+    if (tall) name = "matvec_tall_" + m.format;
     const StampInfo& st = require_stamp(name);
     Buffer* aux = in.aux ? in.aux : &unused;
     for (const DeviceMatrix::Split& s : m.splits) {
@@ -117,7 +127,8 @@ void project(Encoder& e, const DeviceMatrix& m, Buffer& x, uint32_t x_off, uint3
         a.aux_off = in.aux_off;
         a.eps = in.eps;
         if (vec)
-            e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a, ceil_div(s.rows, GK_MATVEC_ROWS));
+            e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a,
+                       ceil_div(s.rows, tall ? GK_MATVEC_TALL_ROWS : GK_MATVEC_ROWS));
         else
             e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a, ceil_div(s.rows, GK_MATMUL_TILE_ROWS),
                        ceil_div(n_tok, GK_MATMUL_TILE_TOKS));

@@ -5,7 +5,7 @@
 // One stamp per format (GK_FMT_<NAME>, see gk/formats.h). in_mode transforms x as it is read
 // (mm_input.h: an RMSNorm or a gated activation fused in front of the product).
 //
-// Dispatch: gx = ceil(rows / GK_MATVEC_ROWS), gy = gz = 1.
+// Dispatch: gx = ceil(rows / GK_MATVEC_ROWS) (tall stamps: GK_MATVEC_TALL_ROWS), gy = gz = 1.
 // A workgroup owns GK_MATVEC_ROWS rows and walks them in chunks of GK_MATVEC_CHUNK columns. Per
 // chunk it first copies x into workgroup memory (consecutive threads, consecutive words: one
 // coalesced read), then each thread decodes its 16-element unit of each row in registers and
@@ -23,11 +23,18 @@
 #include "../gk/gk.h"
 #include "mm_input.h"
 
-// Rows per workgroup: the host mirrors it (kMatvecRows) to size the dispatch.
+#ifndef GK_MATVEC_TALL
+#define GK_MATVEC_TALL 0
+#endif
+// Rows per workgroup (the host sizes the dispatch with them): GK_MATVEC_ROWS, or for the tall
+// stamps (GK_MATVEC_TALL=1: matrices with many narrow rows, such as an output projection over
+// a large vocabulary) GK_MATVEC_TALL_ROWS.
 #define GK_MATVEC_ROWS 4u
+#define GK_MATVEC_TALL_ROWS 64u
 #define GK_MATVEC_MAX_TOK 8u
 #define GK_WG 128
-#define GK_MATVEC_CHUNK (GK_WG * GK_UNIT)
+// Columns staged at once: GK_WG threads x GK_UNIT (a literal, for the host's use too).
+#define GK_MATVEC_CHUNK 2048u
 // Narrow rows have fewer than WG units, so their ROWS * units pairs take at most ROWS passes.
 #define GK_MATVEC_NARROW_PASSES GK_MATVEC_ROWS
 // x in workgroup memory, one pad word after every 16 so that a thread reading its own unit's 16
@@ -49,6 +56,9 @@
 #endif
 
 #ifdef GK_BODY
+#if GK_WG * 16 != 2048
+#error "GK_MATVEC_CHUNK must equal GK_WG * GK_UNIT"
+#endif
 // s = the dot of unit u (part p) of weight row `row` with xv[16] (the matching x values).
 #if defined(GK_FMT_HAS_WIDE)
 #define GK_MATVEC_DECODE(wv, blk_b, p) GK_DECODE16_WIDE(wv, w4, blk_b, p)
@@ -65,15 +75,106 @@
         s = 0.0f; \
         GK_UNROLL for (uint i_ = 0u; i_ < 16u; ++i_) s = gk_fma(wv[i_], xv[i_], s); \
     }
+// The LayerNorm modes on the token row's values xr (elements tid + j * WG, zero past cols):
+// the mean, then the centred sum of squares (padding left out), both reduced over the
+// workgroup, as GK_MM_LAYERNORM_STATS_WG.
+#define GK_MATVEC_LAYERNORM_REGS(xr) \
+    { \
+        float s1 = 0.0f; \
+        GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) s1 += xr[j]; \
+        float total; \
+        GK_WG_SUM_INTO(total, s1, part, 0u) \
+        GK_PRECISE float mean = gk_div(total, float(args.cols)); \
+        float q = 0.0f; \
+        GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) { \
+            GK_PRECISE float d = tid + j * GK_WG < args.cols ? xr[j] - mean : 0.0f; \
+            q = gk_fma(d, d, q); \
+        } \
+        float q_total; \
+        GK_WG_SUM_INTO(q_total, q, part, 1u) \
+        float li = gk_rms_inv(q_total, args.cols, args.eps); \
+        GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) { \
+            uint e = tid + j * GK_WG; \
+            uint ec = gk_min(e, args.cols - 1u); \
+            float v = xr[j]; \
+            GK_MM_LAYERNORM_APPLY(v, ec, mean, li) \
+            xr[j] = e < args.cols ? v : 0.0f; \
+        } \
+    }
+// The token row in one round of loads (elements tid + j * WG, clamped), its norm
+// from registers (the same sum order as the wide path's), then into xs.
+#define GK_MATVEC_STAGE_NARROW(xt) \
+    { \
+        float xr[GK_UNIT]; \
+        float nw[GK_UNIT]; \
+        float ss = 0.0f; \
+        GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) { \
+            uint e = tid + j * GK_WG; \
+            uint ec = gk_min(e, args.cols - 1u); \
+            float v = x[xt + ec]; \
+            GK_MM_ACTIVATE(v, xt, ec) \
+            xr[j] = e < args.cols ? v : 0.0f; \
+            ss = gk_fma(xr[j], xr[j], ss); \
+        } \
+        float inv = 1.0f; \
+        if (args.in_mode == GK_MM_IN_RMSNORM) { \
+            GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) \
+                nw[j] = aux[args.aux_off + gk_min(tid + j * GK_WG, args.cols - 1u)]; \
+            float total; \
+            GK_WG_SUM_INTO(total, ss, part, 0u) \
+            inv = gk_rms_inv(total, args.cols, args.eps); \
+            GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) { \
+                GK_PRECISE float xn = xr[j] * inv; \
+                xr[j] = xn * nw[j]; \
+            } \
+        } else if (GK_MM_LAYERNORM(args.in_mode)) { \
+            GK_MATVEC_LAYERNORM_REGS(xr) \
+        } \
+        GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) xs[GK_XS(tid + j * GK_WG)] = xr[j]; \
+        GK_BARRIER(); \
+    }
 GK_WIDE_VIEW_DECL(0, w4)
 GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
 {
     GK_WIDE_VIEW_OPEN(w4, w)
     uint tid = GK_LOCAL_ID;
-    uint row0 = GK_GROUP_ID.x * GK_MATVEC_ROWS;
     uint n_tok = gk_min(args.n_tok, GK_MATVEC_MAX_TOK);
     uint row_bytes = GK_FMT_ROW_BYTES(args.cols);
     uint n_units = GK_FMT_UNITS(args.cols);
+#if GK_MATVEC_TALL
+    // Many rows: the token row is staged once for GK_MATVEC_TALL_ROWS rows, and subgroup g
+    // takes rows g, g + n_sg, ...: its lanes share a row's units and one subgroup sum finishes
+    // the row (no barrier per row). Narrow rows only (cols < GK_MATVEC_CHUNK).
+    uint row0 = GK_GROUP_ID.x * GK_MATVEC_TALL_ROWS;
+    for (uint t = 0u; t < n_tok; ++t) {
+        uint xt = args.x_off + t * args.x_stride;
+        GK_MATVEC_STAGE_NARROW(xt)
+        for (uint rr = GK_SUBGROUP_ID; rr < GK_MATVEC_TALL_ROWS; rr += GK_NUM_SUBGROUPS) {
+            uint row = row0 + rr;
+            if (row < args.rows) {  // uniform over the subgroup
+                float s = 0.0f;
+                for (uint u = GK_LANE; u < n_units; u += GK_SUBGROUP_SIZE) {
+                    uint p = GK_FMT_UNIT_PART(u);
+                    uint ub = u * GK_UNIT - GK_UNIT * p;
+                    float xv[16];
+                    GK_UNROLL for (uint i = 0u; i < 16u; ++i)
+                        xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
+                    float d;
+                    GK_MATVEC_UNIT_DOT(d, row, u, p, xv)
+                    s += d;
+                }
+                s = gk_subgroup_add(s);
+                if (GK_LANE == 0u) {
+                    uint yi = args.y_off + t * args.y_stride + row;
+                    y[yi] = args.accumulate != 0u ? y[yi] + s : s;
+                }
+            }
+        }
+        // xs is written again by the next token row.
+        GK_BARRIER();
+    }
+#else
+    uint row0 = GK_GROUP_ID.x * GK_MATVEC_ROWS;
 #if !defined(GK_FMT_F32) && !defined(GK_FMT_F16)
     // Narrow rows (fewer units than threads, e.g. a 576-wide model) are latency bound: the
     // workgroup's threads share the (row, unit) pairs q = tid + k * WG of all its rows, and
@@ -106,34 +207,7 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
         GK_UNROLL for (uint r = 0u; r < GK_MATVEC_ROWS; ++r) acc[r] = 0.0f;
 #if !defined(GK_FMT_F32) && !defined(GK_FMT_F16)
         if (narrow) {
-            // The token row in one round of loads (elements tid + j * WG, clamped), its norm
-            // from registers (the same sum order as the wide path's), then into xs.
-            float xr[GK_UNIT];
-            float nw[GK_UNIT];
-            float ss = 0.0f;
-            GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) {
-                uint e = tid + j * GK_WG;
-                uint ec = gk_min(e, args.cols - 1u);
-                float v = x[xt + ec];
-                if (args.in_mode > GK_MM_IN_RMSNORM)
-                    v = gk_gate_act(v, args.in_mode - 2u) * x[xt + ec + args.aux_off];
-                xr[j] = e < args.cols ? v : 0.0f;
-                ss = gk_fma(xr[j], xr[j], ss);
-            }
-            float inv = 1.0f;
-            if (args.in_mode == GK_MM_IN_RMSNORM) {
-                GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j)
-                    nw[j] = aux[args.aux_off + gk_min(tid + j * GK_WG, args.cols - 1u)];
-                float total;
-                GK_WG_SUM_INTO(total, ss, part, 0u)
-                inv = gk_rms_inv(total, args.cols, args.eps);
-                GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) {
-                    GK_PRECISE float xn = xr[j] * inv;
-                    xr[j] = xn * nw[j];
-                }
-            }
-            GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) xs[GK_XS(tid + j * GK_WG)] = xr[j];
-            GK_BARRIER();
+            GK_MATVEC_STAGE_NARROW(xt)
             GK_UNROLL for (uint k = 0u; k < GK_MATVEC_NARROW_PASSES; ++k) {
                 uint p = GK_FMT_UNIT_PART(pair_unit[k]);
                 uint ub = pair_unit[k] * GK_UNIT - GK_UNIT * p;
@@ -148,6 +222,8 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
 #endif
         {
             float inv = 1.0f;
+            float mean = 0.0f;
+            if (GK_MM_LAYERNORM(args.in_mode)) GK_MM_LAYERNORM_STATS_WG(mean, inv, xt, tid, part)
             if (args.in_mode == GK_MM_IN_RMSNORM) {
                 float ss = 0.0f;
                 for (uint k = tid; k < args.cols; k += GK_WG)
@@ -160,7 +236,7 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
                 GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) {
                     uint e = tid + j * GK_WG;
                     float xv = 0.0f;
-                    if (c0 + e < args.cols) GK_MM_INPUT(xv, xt, c0 + e, inv)
+                    if (c0 + e < args.cols) GK_MM_INPUT_STATS(xv, xt, c0 + e, mean, inv)
                     xs[GK_XS(e)] = xv;
                 }
                 GK_BARRIER();
@@ -252,6 +328,7 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
         // part is written again by the next token row.
         GK_BARRIER();
     }
+#endif
 }
 GK_KERNEL_END
 #endif
