@@ -7,6 +7,11 @@ Reads shaders/stamps.txt and writes, under --out:
   gk_stamps.cpp                       the stamp table of csrc/gpu/stamps.h
 
     python shaders/stamp.py --out DIR [--glslc PATH | --glslang PATH] [--cpp "c++ -E"]
+                            [--coopmat-glslang PATH] [--only NAME,NAME...]
+
+Stamps defining GK_COOPMAT use cooperative matrices (GL_KHR_cooperative_matrix), which older
+shader compilers reject: they are compiled by the glslangValidator given as --coopmat-glslang
+(13 or newer) and, without one, left out of the table (the host then uses the portable stamps).
 """
 
 from __future__ import annotations
@@ -21,8 +26,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 HOMES = ("vulkan", "metal")
-# Subgroup arithmetic needs SPIR-V 1.3, i.e. Vulkan 1.1.
+# Subgroup arithmetic needs SPIR-V 1.3, i.e. Vulkan 1.1. The cooperative-matrix stamps keep the
+# same target: SPV_KHR_cooperative_matrix and SPV_KHR_vulkan_memory_model are extensions of it.
 VULKAN_TARGET = "vulkan1.1"
+# The define that marks a stamp as needing cooperative matrices.
+COOPMAT_DEFINE = "GK_COOPMAT"
 
 
 class StampError(Exception):
@@ -36,6 +44,10 @@ class Stamp:
     defines: list
     homes: tuple
     line: int
+
+    @property
+    def coopmat(self) -> bool:
+        return any(d.split("=", 1)[0] == COOPMAT_DEFINE for d in self.defines)
 
 
 def read_stamps(path: Path) -> list:
@@ -61,7 +73,11 @@ def read_stamps(path: Path) -> list:
         home_list = tuple(homes.split(","))
         if not set(home_list) <= set(HOMES):
             raise StampError(f"{path}:{n}: homes {homes!r} not within {HOMES}")
-        stamps.append(Stamp(name, template, defs, home_list, n))
+        stamp = Stamp(name, template, defs, home_list, n)
+        if stamp.coopmat and home_list != ("vulkan",):
+            raise StampError(f"{path}:{n}: stamp {name} defines {COOPMAT_DEFINE}: its home is "
+                             f"vulkan alone (cooperative matrices are a Vulkan extension here)")
+        stamps.append(stamp)
     return stamps
 
 
@@ -84,6 +100,18 @@ def glsl_wrapper(stamp: Stamp) -> str:
     ])
 
 
+def _tool_env(tool: str) -> dict | None:
+    """The environment to run a compiler in: a glslangValidator from a cmeel wheel
+    (site-packages/cmeel.prefix/bin) finds its shared libraries in ../lib only through
+    LD_LIBRARY_PATH (the wheel's wrapper script sets it the same way)."""
+    lib = Path(tool).resolve().parent.parent / "lib"
+    if not any(lib.glob("libglslang*")):
+        return None
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(lib), env.get("LD_LIBRARY_PATH")]))
+    return env
+
+
 def compile_vulkan(stamp: Stamp, out: Path, glslc: str | None, glslang: str | None) -> Path:
     src = out / "vulkan" / f"{stamp.name}.comp"
     spv = out / "vulkan" / f"{stamp.name}.spv"
@@ -94,7 +122,8 @@ def compile_vulkan(stamp: Stamp, out: Path, glslc: str | None, glslang: str | No
     else:
         cmd = [glslang, "-V", "--target-env", VULKAN_TARGET, "-S", "comp",
                "-I" + str(HERE), "-o", str(spv), str(src)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    env = _tool_env(glslang) if stamp.coopmat else None
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise StampError(f"stamp {stamp.name} (stamps.txt line {stamp.line}) failed to compile:\n"
                          f"{r.stdout}{r.stderr}")
@@ -206,6 +235,10 @@ def main(argv=None) -> int:
     ap.add_argument("--stamps", type=Path, default=HERE / "stamps.txt")
     ap.add_argument("--glslc", default="")
     ap.add_argument("--glslang", default="")
+    ap.add_argument("--coopmat-glslang", default="",
+                    help="a glslangValidator that accepts GL_KHR_cooperative_matrix, for the "
+                         f"stamps defining {COOPMAT_DEFINE}")
+    ap.add_argument("--only", default="", help="stamp only these names (comma-separated)")
     ap.add_argument("--cpp", default="c++ -E", help="the C preprocessor for the Metal stamps")
     ap.add_argument("--no-metal", action="store_true")
     ap.add_argument("--missing-reason", default="this build found no shader compiler "
@@ -213,18 +246,35 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         stamps = read_stamps(args.stamps)
+        if args.only:
+            wanted = set(args.only.split(","))
+            unknown = wanted - {s.name for s in stamps}
+            if unknown:
+                raise StampError(f"--only names unknown stamps: {', '.join(sorted(unknown))}")
+            stamps = [s for s in stamps if s.name in wanted]
         for home in HOMES:
             (args.out / home).mkdir(parents=True, exist_ok=True)
         spirv, msl = {}, {}
         compiler = args.glslc or args.glslang
-        for s in stamps:
+        coopmat_compiler = args.coopmat_glslang if compiler else ""
+        # The argument structs cover every template; the table only the stamps compiled here.
+        table = [s for s in stamps if coopmat_compiler or not s.coopmat]
+        left_out = len(stamps) - len(table)
+        if left_out and compiler:
+            print(f"stamp.py: {left_out} cooperative-matrix stamps left out: no "
+                  f"--coopmat-glslang (a glslangValidator 13+ that accepts "
+                  f"GL_KHR_cooperative_matrix) was given")
+        for s in table:
             if compiler and "vulkan" in s.homes:
-                spirv[s.name] = _words(compile_vulkan(s, args.out, args.glslc or None,
-                                                      args.glslang or None))
+                if s.coopmat:
+                    spv = compile_vulkan(s, args.out, None, coopmat_compiler)
+                else:
+                    spv = compile_vulkan(s, args.out, args.glslc or None, args.glslang or None)
+                spirv[s.name] = _words(spv)
             if not args.no_metal and "metal" in s.homes:
                 msl[s.name] = flatten_metal(s, args.out, shlex.split(args.cpp))
         write_args_header(stamps, args.out)
-        write_table(stamps, args.out, spirv, msl, "" if compiler else args.missing_reason)
+        write_table(table, args.out, spirv, msl, "" if compiler else args.missing_reason)
     except StampError as e:
         print(f"stamp.py: {e}", file=sys.stderr)
         return 1

@@ -31,6 +31,9 @@ def model(tmp_path):
         pytest.skip(why)
     path = write_random_model(tmp_path / "m.gguf", "llama", weight_type="Q8_0", seed=5)
     m = _core.LLMModel(str(path), n_ctx=64, n_threads=2, device=SPEC)
+    # Float32 products throughout (no float16 cooperative-matrix stamps): the knobs must not
+    # change results beyond the summation order.
+    m.set_precision("f32")
     yield m
     m.close()
     _core.tuning_reset(KNOB)

@@ -25,6 +25,13 @@ const tuning::Knob& kMatvecMaxTokens = tuning::define(
     "vulkan.project.matvec_max_tokens", kMatvecTokenLimit, 1, kMatvecTokenLimit,
     "token rows at or below which projections use the matrix-vector kernels");
 
+// Whether many-row projections use the cooperative-matrix stamps where the device offers them
+// and the build has them (1), or the portable tiled stamps (0). The coopmat stamps round their
+// operands to float16, so results differ from the portable path by that rounding (~1e-3).
+const tuning::Knob& kCoopmat = tuning::define(
+    "vulkan.project.coopmat", 1, 0, 1,
+    "1: prefill projections on cooperative matrices where the device has them; 0: portable");
+
 // Rows from which decode projections take the tall matrix-vector stamps: where staging the
 // token row once per workgroup of GK_MATVEC_ROWS rows costs more than the rows' own reads.
 const tuning::Knob& kTallMinRows = tuning::define(
@@ -33,6 +40,12 @@ const tuning::Knob& kTallMinRows = tuning::define(
 
 size_t round_up4(size_t n) { return (n + 3) & ~size_t(3); }
 uint32_t ceil_div(int64_t a, int64_t b) { return uint32_t((a + b - 1) / b); }
+
+// project() fills one argument block for matvec, matmul and matmul_coopmat: their ARGS lists
+// are the same.
+static_assert(sizeof(gk_args::matvec) == sizeof(gk_args::matmul) &&
+              sizeof(gk_args::matvec) == sizeof(gk_args::matmul_coopmat),
+              "matvec, matmul and matmul_coopmat must share one argument layout");
 
 }  // namespace
 
@@ -106,12 +119,18 @@ void project(Encoder& e, const DeviceMatrix& m, Buffer& x, uint32_t x_off, uint3
              Buffer& unused, bool coopmat, const ProjectionInput& in) {
     const bool vec = n_tok <= kMatvecMaxTokens.get();
     std::string name = (vec ? "matvec_" : "matmul_") + m.format;
-    if (!vec && coopmat && find_stamp(name + "_coopmat")) name += "_coopmat";
+    // The cooperative-matrix stamps are in the table only when the build could compile them.
+    // They round their operands to float16: F32 weights (a model's exact lane) never take them.
+    const bool cm = !vec && coopmat && kCoopmat.get() != 0 && m.format != "f32" &&
+                    find_stamp(name + "_coopmat");
+    if (cm) name += "_coopmat";
     // Many narrow rows (an output projection over a large vocabulary): the tall stamps stage x
     // once per GK_MATVEC_TALL_ROWS rows instead of once per GK_MATVEC_ROWS.
     const bool tall = vec && m.rows >= kTallMinRows.get() && m.cols < GK_MATVEC_CHUNK;
     if (tall) name = "matvec_tall_" + m.format;
     const StampInfo& st = require_stamp(name);
+    const uint32_t tile_rows = cm ? GK_MMC_TILE_ROWS : GK_MATMUL_TILE_ROWS;
+    const uint32_t tile_toks = cm ? GK_MMC_TILE_TOKS : GK_MATMUL_TILE_TOKS;
     Buffer* aux = in.aux ? in.aux : &unused;
     for (const DeviceMatrix::Split& s : m.splits) {
         gk_args::matvec a{};
@@ -130,8 +149,8 @@ void project(Encoder& e, const DeviceMatrix& m, Buffer& x, uint32_t x_off, uint3
             e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a,
                        ceil_div(s.rows, tall ? GK_MATVEC_TALL_ROWS : GK_MATVEC_ROWS));
         else
-            e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a, ceil_div(s.rows, GK_MATMUL_TILE_ROWS),
-                       ceil_div(n_tok, GK_MATMUL_TILE_TOKS));
+            e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a, ceil_div(s.rows, tile_rows),
+                       ceil_div(n_tok, tile_toks));
     }
 }
 

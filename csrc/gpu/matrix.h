@@ -63,7 +63,8 @@ constexpr int64_t kMatvecTokenLimit = 8;
 
 // y[y_off + t * y_stride + r] (+)= sum_k W[r, k] * in(x)[x_off + t * x_stride + k] for
 // t < n_tok, recorded into `e`; `unused` is bound where the input stage needs no buffer.
-// Uses the cooperative-matrix stamps for many rows when `coopmat` and this build has them.
+// Uses the cooperative-matrix stamps for many rows when `coopmat` (the device offers them), this
+// build has them and the knob vulkan.project.coopmat is 1.
 void project(Encoder& e, const DeviceMatrix& m, Buffer& x, uint32_t x_off, uint32_t x_stride,
              Buffer& y, uint32_t y_off, uint32_t y_stride, int64_t n_tok, bool accumulate,
              Buffer& unused, bool coopmat, const ProjectionInput& in = ProjectionInput());

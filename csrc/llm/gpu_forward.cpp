@@ -197,17 +197,18 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
     e.barrier();
 }
 
-void GpuForward::run(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits, float* logits) {
+void GpuForward::run(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits, float* logits,
+                     bool exact) {
     for (int64_t start = 0; start < n; start += max_batch_) {
         const int64_t len = std::min(max_batch_, n - start);
         const bool last = start + len == n;
         float* out = all_logits ? logits + start * cfg_.n_vocab : (last ? logits : nullptr);
-        run_chunk(ids + start, len, pos0 + start, all_logits, out);
+        run_chunk(ids + start, len, pos0 + start, all_logits, out, exact);
     }
 }
 
 void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits,
-                           float* logits) {
+                           float* logits, bool exact) {
     if (pos0 + n > n_ctx_)
         throw ShapeError("GPU forward: positions up to " + std::to_string(pos0 + n) +
                          " exceed n_ctx " + std::to_string(n_ctx_));
@@ -229,14 +230,15 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
         }
     }
 
-    const Shape shape{n, all_logits, logits != nullptr, dev.profiling(), tuning::generation()};
+    const Shape shape{n, all_logits, logits != nullptr, dev.profiling(), exact,
+                      tuning::generation()};
     last_replayed_ = recording_ && recorded_ == shape && kReplay.get() != 0;
     if (!last_replayed_) {
         recording_.reset();  // its buffers may be regrown below
         std::unique_ptr<gpu::Encoder> enc = dev.encoder();
+        recorded_ = shape;  // record() reads it
         record(*enc, shape);
         recording_ = std::move(enc);
-        recorded_ = shape;
     }
     dev.submit(*recording_);
     last_dispatches_ = recording_->dispatches();

@@ -29,8 +29,11 @@ public:
     ~GpuForward();
 
     // Runs ids at positions pos0.. (the device cache must hold [0, pos0)) and writes logits as
-    // Forward::run does: n x n_vocab when all_logits, else the last row's n_vocab.
-    void run(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits, float* logits);
+    // Forward::run does: n x n_vocab when all_logits, else the last row's n_vocab. `exact`
+    // (the model's f32 precision) keeps every product in float32: no cooperative-matrix
+    // stamps, which round their operands to float16.
+    void run(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits, float* logits,
+             bool exact = false);
 
     // Rows [pos0, pos0 + n) of one layer as float32, [n][n_head_kv * head_dim(_v)].
     void read_kv(int layer, int64_t pos0, int64_t n, std::vector<float>& k, std::vector<float>& v);
@@ -46,20 +49,21 @@ private:
     // What a recording depends on besides the mapped ids and position.
     struct Shape {
         int64_t n = 0;
-        bool all_logits = false, logits = false, profiled = false;
+        bool all_logits = false, logits = false, profiled = false, exact = false;
         uint64_t knobs = 0;  // tuning::generation(): kernels read knobs when recorded
         bool operator==(const Shape& o) const {
             return n == o.n && all_logits == o.all_logits && logits == o.logits &&
-                   profiled == o.profiled && knobs == o.knobs;
+                   profiled == o.profiled && exact == o.exact && knobs == o.knobs;
         }
     };
     void record(gpu::Encoder& e, const Shape& s);
-    void run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits, float* logits);
+    void run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits, float* logits,
+                   bool exact);
     void project(gpu::Encoder& e, const DeviceMatrix& m, gpu::Buffer& x, uint32_t x_off,
                  uint32_t x_stride, gpu::Buffer& y, uint32_t y_off, uint32_t y_stride,
                  int64_t n_tok, bool accumulate, const ProjectionInput& in = ProjectionInput()) {
         gpu::project(e, m, x, x_off, x_stride, y, y_off, y_stride, n_tok, accumulate, *dummy_,
-                     coopmat_, in);
+                     coopmat_ && !recorded_.exact, in);
     }
     // The block norms before a projection, as its input stage.
     ProjectionInput normed(gpu::Buffer& weight) const {

@@ -117,7 +117,7 @@ bool LLMModel::try_gpu(const int32_t* ids, int64_t n, int64_t start, bool all_lo
             gpu_len_ = start;
         }
         gpu_len_ = std::min(gpu_len_, start);
-        gpu_->run(ids, n, start, all_logits, logits);
+        gpu_->run(ids, n, start, all_logits, logits, precision_ == cpu::Precision::kF32);
     } catch (const DeviceError&) {
         seat.decline(gpu::Decline::gpu_error);
         gpu_len_ = std::min(gpu_len_, start);

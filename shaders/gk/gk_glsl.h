@@ -2,6 +2,15 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : enable
+// Cooperative matrices (VK_KHR_cooperative_matrix), for the stamps that define GK_COOPMAT: a
+// Vulkan-only vocabulary (Metal's simdgroup matrices would be their own words), compiled by a
+// glslang that knows the extension (shaders/stamp.py --coopmat-glslang). Declaring it makes the
+// SPIR-V use the Vulkan memory model and float16 arithmetic: the device enables both with it.
+#if defined(GK_COOPMAT)
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#endif
 
 #define float2 vec2
 #define float4 vec4
@@ -46,6 +55,28 @@
     layout(std430, set = 0, binding = slot) GK_ACCESS_##access buffer GkBuffer_##name { type name[]; };
 #define GK_GLSL_ARG(type, name) type name;
 #define GK_GLSL_SHARED(type, name, count) shared type name[count];
+
+#if defined(GK_COOPMAT)
+// 16 x 16 x 16 tiles of one subgroup: A (16 rows x 16 k) and B (16 k x 16 columns) in float16,
+// the accumulator in float32 (the host uses these stamps only on devices that list this shape).
+// Loads and stores take an element offset and a stride in units of the array's element type
+// (a half4 array: four halves) and must run in uniform control flow.
+#define half4 f16vec4
+#define gk_half4(v) f16vec4(v)
+#define GK_CM_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define GK_CM_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define GK_CM_ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define gk_cm_zero() GK_CM_ACC(0.0f)
+#define gk_cm_load_row_major(m, arr, off, stride) \
+    coopMatLoad(m, arr, off, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define gk_cm_load_col_major(m, arr, off, stride) \
+    coopMatLoad(m, arr, off, stride, gl_CooperativeMatrixLayoutColumnMajor)
+#define gk_cm_store_col_major(m, arr, off, stride) \
+    coopMatStore(m, arr, off, stride, gl_CooperativeMatrixLayoutColumnMajor)
+#define gk_cm_mul_add(a, b, c) coopMatMulAdd(a, b, c)
+// Workgroup memory written by one subgroup and read by the same subgroup.
+#define GK_SUBGROUP_BARRIER() subgroupMemoryBarrierShared(); subgroupBarrier()
+#endif
 
 #define GK_KERNEL(kname, BUFFERS, ARGS, SHARED, WG) \
     layout(local_size_x = WG) in; \

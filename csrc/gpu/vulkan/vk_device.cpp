@@ -29,6 +29,7 @@ VulkanDevice::VulkanDevice(const Instance& instance, const PhysicalDevice& pd)
     features.storage16.storageBuffer16BitAccess = info.storage_16bit;
     features.storage8.storageBuffer8BitAccess = info.storage_8bit;
     features.coopmat.cooperativeMatrix = info.coopmat_khr;
+    features.memory_model.vulkanMemoryModel = info.coopmat_khr;
     std::vector<const char*> extensions = features.extensions;
     if (!info.coopmat_khr) {
         // The struct stays linked (harmless, all false) but the extension need not be on.

@@ -22,14 +22,33 @@ struct CooperativeMatrixFeaturesKHR {
     VkBool32 cooperativeMatrixRobustBufferAccess = VK_FALSE;
 };
 
+// VkCooperativeMatrixPropertiesKHR, likewise (structure type 1000506001); the component types
+// and the scope are VkComponentTypeKHR and VkScopeKHR values.
+struct CooperativeMatrixPropertiesKHR {
+    VkStructureType sType = static_cast<VkStructureType>(1000506001);
+    void* pNext = nullptr;
+    uint32_t MSize = 0, NSize = 0, KSize = 0;
+    uint32_t AType = 0, BType = 0, CType = 0, ResultType = 0;
+    VkBool32 saturatingAccumulation = VK_FALSE;
+    uint32_t scope = 0;
+};
+
+// Whether the device lists the cooperative-matrix shape the matmul_*_coopmat stamps use:
+// 16 x 16 x 16 on a subgroup, float16 A and B, float32 accumulator and result
+// (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR, looked up through `get_proc`).
+bool offers_coopmat_f16_16x16x16(PFN_vkGetInstanceProcAddr get_proc, VkInstance instance,
+                                 VkPhysicalDevice device);
+
 struct FeatureChain {
     VkPhysicalDeviceFeatures2 core{};
     VkPhysicalDevice16BitStorageFeatures storage16{};
     VkPhysicalDevice8BitStorageFeatures storage8{};
     VkPhysicalDeviceShaderFloat16Int8Features float16_int8{};
+    // The cooperative-matrix stamps' SPIR-V declares the Vulkan memory model.
+    VkPhysicalDeviceVulkanMemoryModelFeatures memory_model{};
     CooperativeMatrixFeaturesKHR coopmat{};
     bool has_storage16 = false, has_storage8 = false, has_float16_int8 = false,
-         has_coopmat = false;
+         has_memory_model = false, has_coopmat = false;
     // Device extensions to enable for the linked structs (those not core in api_version).
     std::vector<const char*> extensions;
 

@@ -289,7 +289,14 @@ void Instance::probe_devices() {
         info.int8 = features.has_float16_int8 && features.float16_int8.shaderInt8;
         info.storage_16bit = features.has_storage16 && features.storage16.storageBuffer16BitAccess;
         info.storage_8bit = features.has_storage8 && features.storage8.storageBuffer8BitAccess;
-        info.coopmat_khr = features.has_coopmat && features.coopmat.cooperativeMatrix;
+        // Cooperative matrices as the matmul_*_coopmat stamps use them: their shape listed,
+        // float16 arithmetic and the Vulkan memory model (which their SPIR-V declares), and
+        // subgroups of 32 (a workgroup of 128 is the four subgroups the kernel tiles by).
+        info.coopmat_khr =
+            features.has_coopmat && features.coopmat.cooperativeMatrix && info.fp16 &&
+            features.has_memory_model && features.memory_model.vulkanMemoryModel &&
+            info.subgroup_size == 32 &&
+            offers_coopmat_f16_16x16x16(loader()->vkGetInstanceProcAddr, handle_, pd.handle);
         info.coopmat_nv = pd.has_extension(kCoopmatNv2Extension);
 
         fn_.vkGetPhysicalDeviceMemoryProperties(pd.handle, &pd.memory);
