@@ -4,20 +4,107 @@
 //   1  RMSNorm: (x * inv_t) * aux[aux_off + k], inv_t the row's gk_rms_inv over `cols` (eps)
 //   2  SiLU-gated: gk_gate_act(x[k], 0) * x[k + aux_off]   (gate and up halves of one row)
 //   3  GELU-gated: gk_gate_act(x[k], 1) * x[k + aux_off]
-// Rounding as the separate kernels (rmsnorm, eltwise_glu_*) do it. Both templates name their
-// buffers x and aux and their arguments in_mode, aux_off and eps.
+//   4  SiLU: x / (1 + exp(-x))                           (as rows.gk.h's silu)
+//   5  GELU, tanh form: 0.5 x (1 + tanh(...))             (as rows.gk.h's gelu)
+//   6  SiLU of a sum: silu(x[k] + aux[aux_off + k])       (Pocket's flow conditioning plus a
+//      time embedding)
+//   8..11  LayerNorm (x - mean_t) * inv_t, the row's mean and biased variance over `cols` (eps),
+//      as layernorm.gk.h; + 1: affine (* aux[wb + k] + aux[wb + cols + k]); + 2: adaLN
+//      modulation (* (1 + aux[md + cols + k]) + aux[md + k]). aux_off packs the two element
+//      offsets: wb = aux_off & 0xffff, md = aux_off >> 16.
+// Rounding as the separate kernels (rmsnorm, eltwise_glu_*, rows, layernorm) do it; the row
+// statistics are sums in another order than the separate kernels' (a few ulp). Both templates
+// name their buffers x and aux and their arguments in_mode, aux_off and eps.
+// The LayerNorm modes need the row's mean as well as inv_t: matvec.gk.h computes both; the tiled
+// stamps compute only the RMSNorm scale (the host uses modes 8..11 for single rows only).
 
 #define GK_MM_IN_PLAIN 0u
 #define GK_MM_IN_RMSNORM 1u
+#define GK_MM_IN_SILU 4u
+#define GK_MM_IN_GELU 5u
+#define GK_MM_IN_SILU_SUM 6u
+#define GK_MM_IN_LAYERNORM 8u
 
-// out = input value k (a column index) of the token row starting at x[xt]; inv is the row's
-// RMSNorm scale (read only in mode 1).
-#define GK_MM_INPUT(out, xt, k, inv) \
+#define GK_MM_GATED(mode) ((mode) == 2u || (mode) == 3u)
+#define GK_MM_LAYERNORM(mode) ((mode) >= GK_MM_IN_LAYERNORM)
+
+#ifdef GK_BODY
+// pocket::gelu_tanh as the CPU writes it: c * (v + ((0.044715 * v) * v) * v), then
+// 0.5 * v * (1 + tanh).
+GK_INLINE float gk_gelu_tanh(float v) {
+    GK_PRECISE float cube = 0.044715f * v * v * v;
+    GK_PRECISE float th = gk_tanh(0.7978845608028654f * (v + cube));
+    GK_PRECISE float r = 0.5f * v * (1.0f + th);
+    return r;
+}
+#endif
+
+// v = the activation stage (modes 2..6) of value v, column k of the token row at x[xt]; other
+// modes leave v as it is.
+#define GK_MM_ACTIVATE(v, xt, k) \
+    { \
+        if (GK_MM_GATED(args.in_mode)) \
+            v = gk_gate_act(v, args.in_mode - 2u) * x[(xt) + (k) + args.aux_off]; \
+        else if (args.in_mode == GK_MM_IN_SILU) \
+            v = gk_gate_act(v, 0u); \
+        else if (args.in_mode == GK_MM_IN_GELU) \
+            v = gk_gelu_tanh(v); \
+        else if (args.in_mode == GK_MM_IN_SILU_SUM) { \
+            GK_PRECISE float gk_sum_ = v + aux[args.aux_off + (k)]; \
+            v = gk_gate_act(gk_sum_, 0u); \
+        } \
+    }
+
+// v = the LayerNorm stage (modes 8..11) of value v at column k, given the row's mean and inv.
+#define GK_MM_LAYERNORM_APPLY(v, k, mean, inv) \
+    { \
+        GK_PRECISE float gk_o_ = (v - (mean)) * (inv); \
+        if ((args.in_mode & 1u) != 0u) { \
+            uint gk_wb_ = args.aux_off & 0xffffu; \
+            gk_o_ = gk_o_ * aux[gk_wb_ + (k)] + aux[gk_wb_ + args.cols + (k)]; \
+        } \
+        if ((args.in_mode & 2u) != 0u) { \
+            uint gk_md_ = args.aux_off >> 16u; \
+            GK_PRECISE float gk_sc_ = gk_o_ * (1.0f + aux[gk_md_ + args.cols + (k)]); \
+            gk_o_ = gk_sc_ + aux[gk_md_ + (k)]; \
+        } \
+        v = gk_o_; \
+    }
+
+// out = input value k (a column index) of the token row starting at x[xt]; mean and inv are the
+// row's statistics (inv read in modes 1 and 8..11, mean in 8..11).
+#define GK_MM_INPUT_STATS(out, xt, k, mean, inv) \
     { \
         float gk_in_ = x[(xt) + (k)]; \
         if (args.in_mode == GK_MM_IN_RMSNORM) \
             gk_in_ = (gk_in_ * (inv)) * aux[args.aux_off + (k)]; \
-        else if (args.in_mode > GK_MM_IN_RMSNORM) \
-            gk_in_ = gk_gate_act(gk_in_, args.in_mode - 2u) * x[(xt) + (k) + args.aux_off]; \
+        else if (GK_MM_LAYERNORM(args.in_mode)) \
+            GK_MM_LAYERNORM_APPLY(gk_in_, k, mean, inv) \
+        else \
+            GK_MM_ACTIVATE(gk_in_, xt, k) \
         out = gk_in_; \
+    }
+// The stage without a mean: every mode but 8..11.
+#define GK_MM_INPUT(out, xt, k, inv) GK_MM_INPUT_STATS(out, xt, k, 0.0f, inv)
+
+// mean and inv of the LayerNorm modes for the token row at x[xt], over a workgroup of GK_WG
+// threads (thread `tid` takes columns tid, tid + WG, ...) through the shared array `part`
+// (GK_REDUCE_PARTS(GK_WG) floats, both slots), as layernorm.gk.h: the mean, then the centred
+// sum of squares.
+#define GK_MM_LAYERNORM_STATS_WG(mean, inv, xt, tid, part) \
+    { \
+        float gk_s_ = 0.0f; \
+        for (uint gk_k_ = (tid); gk_k_ < args.cols; gk_k_ += GK_WG) gk_s_ += x[(xt) + gk_k_]; \
+        float gk_tot_; \
+        GK_WG_SUM_INTO(gk_tot_, gk_s_, part, 0u) \
+        GK_PRECISE float gk_mean_ = gk_div(gk_tot_, float(args.cols)); \
+        float gk_q_ = 0.0f; \
+        for (uint gk_k_ = (tid); gk_k_ < args.cols; gk_k_ += GK_WG) { \
+            GK_PRECISE float gk_d_ = x[(xt) + gk_k_] - gk_mean_; \
+            gk_q_ = gk_fma(gk_d_, gk_d_, gk_q_); \
+        } \
+        float gk_qt_; \
+        GK_WG_SUM_INTO(gk_qt_, gk_q_, part, 1u) \
+        mean = gk_mean_; \
+        inv = gk_rms_inv(gk_qt_, args.cols, args.eps); \
     }
