@@ -11,33 +11,22 @@ Metal stamp is named after its template, storage buffers sit at slots 0..n-1 and
 block at the slot the host binds, and no kernel takes threadgroup memory from the host.
 """
 
-import os
 import re
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from metal_check import ROOT, stamp_metal
+from metal_check import clang as find_clang
 
-ROOT = Path(__file__).resolve().parents[1]
 SHIM = ROOT / "tests" / "metal_host_shim"
 METAL = ROOT / "csrc" / "gpu" / "metal"
-# Objective-C++ under ARC needs the Apple runtime's rules (-fobjc-runtime=macosx); clang 16 is
-# what CI installs for the MSL stamp check as well.
-CLANG_CANDIDATES = ("clang++-16", "clang++-17", "clang++-18", "clang++-19")
+# Objective-C++ under ARC needs the Apple runtime's rules (-fobjc-runtime=macosx).
 OBJCXX_FLAGS = ["-x", "objective-c++", "-fobjc-arc", "-fobjc-runtime=macosx", "-fsyntax-only",
                 "-std=c++17", "-Wall", "-Wextra", "-Werror"]
 
 
 def _clang():
-    for name in CLANG_CANDIDATES:
-        path = shutil.which(name)
-        if path:
-            return path
-    if os.environ.get("CI") == "true":
-        pytest.fail("clang++-16 is needed for the Metal host check (apt install clang-16)")
-    pytest.skip("no clang++ 16 or newer: the Metal host check needs it (apt install clang-16)")
+    return find_clang("Metal host check")
 
 
 def _check_objcxx(clang, path):
@@ -137,18 +126,8 @@ def _host_args_slot():
 
 @pytest.fixture(scope="module")
 def metal_stamps(tmp_path_factory):
-    out = tmp_path_factory.mktemp("stamps")
-    r = subprocess.run([sys.executable, str(ROOT / "shaders" / "stamp.py"), "--out", str(out)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    templates = {}
-    for line in (ROOT / "shaders" / "stamps.txt").read_text().splitlines():
-        parts = line.split("#", 1)[0].split()
-        if len(parts) == 4 and "metal" in parts[3].split(","):
-            templates[parts[0]] = parts[1]
-    files = {f.stem: f for f in (out / "metal").glob("*.metal")}
-    assert sorted(files) == sorted(templates)
-    return [(name, templates[name], files[name].read_text()) for name in sorted(files)]
+    stamps = stamp_metal(tmp_path_factory.mktemp("stamps"))
+    return [(name, template, path.read_text()) for name, (template, path) in stamps.items()]
 
 
 def test_host_binds_the_argument_block_where_the_kernels_read_it():
