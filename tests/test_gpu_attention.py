@@ -1,4 +1,5 @@
-"""The attention stamps (attention_decode, attention_prefill) against the NumPy reference
+"""The attention stamps (attention_decode; attention_prefill, _8, _4: 16, 8 or 4 query rows a
+workgroup) against the NumPy reference
 (dasllama.reference.llm.attention) in float64, over an f16 K/V cache laid out as the device's:
 row p of a layer holds n_head_kv heads of head_dim f16 values, two to a 32-bit word.
 
@@ -26,7 +27,8 @@ from gpu_helpers import ceil_div, gpu, nan_filled, pack_args, rel_l2  # noqa: F4
 from dasllama.reference.llm import attention as reference_attention
 
 BAR = 2e-6
-PREFILL_TILE = 16   # GK_ATTN_TQ of shaders/kernels/attention.gk.h with GK_ATTN_PREFILL=1
+# Query rows a prefill workgroup holds (GK_ATTN_PREFILL of shaders/kernels/attention.gk.h): stamp.
+PREFILL_STAMPS = {16: "attention_prefill", 8: "attention_prefill_8", 4: "attention_prefill_4"}
 
 
 def _attend(q, k, v, pos, scale, window, kv_of_head):
@@ -54,8 +56,11 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_attention_matches_reference(gpu, case):  # noqa: F811
+RUNS = [(case, tile) for case, spec in CASES.items() for tile in (PREFILL_STAMPS if spec[0] else [1])]
+
+
+@pytest.mark.parametrize("case,tile", RUNS, ids=[f"{c}-{t}" for c, t in RUNS])
+def test_attention_matches_reference(gpu, case, tile):  # noqa: F811
     prefill, n_tok, n_head, n_head_kv, D, DV, pos0, window = CASES[case]
     rng = np.random.default_rng(zlib.crc32(f"attention {case}".encode()))
     P = pos0 + n_tok                       # positions in the cache, the new tokens' included
@@ -77,8 +82,7 @@ def test_attention_matches_reference(gpu, case):  # noqa: F811
     base = pos0 - pos0 // 3
     args = pack_args("IIIIIIIIIIIIIf", n_tok, n_head, n_head_kv, D, DV, pos0 - base, window,
                      q_off, q_stride, k_off, v_off, out_off, out_stride, scale)
-    tile = PREFILL_TILE if prefill else 1
-    stamp = "attention_prefill" if prefill else "attention_decode"
+    stamp = PREFILL_STAMPS[tile] if prefill else "attention_decode"
     res = gpu.run(stamp, [q, kc.view(np.uint32), vc.view(np.uint32), nan_filled(n_out),
                           np.array([base], np.uint32)], args, (n_head, ceil_div(n_tok, tile), 1))
     o = np.asarray(res[3], dtype=np.float32)

@@ -2,7 +2,8 @@
 values outside its range, and gives the same logits (to rounding: the matrix-vector and tiled
 kernels sum in other orders) whichever value is set; negative control: a different prompt's
 logits differ far beyond that bar; the same for vulkan.project.tall_min_rows (1: every decode
-projection takes the tall matrix-vector stamps). vulkan.llm.replay: decode steps submit the previous step's
+projection takes the tall matrix-vector stamps) and vulkan.attention.prefill_rows_log2 (4 query
+rows a prefill attention workgroup instead of 16). vulkan.llm.replay: decode steps submit the previous step's
 command buffer again (counted in the seat stats), with logits equal bit for bit to recording
 every step anew; negative control: a step at another position differs."""
 
@@ -18,6 +19,7 @@ SPEC = os.environ.get("DASLLAMA_TEST_VULKAN", "vulkan:llvmpipe")
 KNOB = "vulkan.project.matvec_max_tokens"
 REPLAY = "vulkan.llm.replay"
 TALL = "vulkan.project.tall_min_rows"
+ATTN = "vulkan.attention.prefill_rows_log2"
 BAR = 2e-6   # measured 4e-7 between the two kernel choices on lavapipe (printed)
 
 
@@ -39,6 +41,7 @@ def model(tmp_path):
     _core.tuning_reset(KNOB)
     _core.tuning_reset(REPLAY)
     _core.tuning_reset(TALL)
+    _core.tuning_reset(ATTN)
 
 
 def _rel(a, b):
@@ -113,5 +116,24 @@ def test_tall_stamps_give_the_same_logits(model):
     other = _decode(model, prompt[::-1], 3)
     err, control = _rel(tall, steps), _rel(other, steps)
     print(f"{TALL}=1 vs default: rel-l2 {err:.1e} (bar {BAR}); other prompt {control:.2f}")
+    assert err < BAR
+    assert control > 10 * BAR
+
+
+def test_prefill_attention_tile_gives_the_same_logits(model):
+    prompt = [(7 * i + 5) % 500 for i in range(40)]     # past kAttnDecodeMaxTokens: prefill
+    model.reset()
+    default = np.array(model.eval(prompt, all_logits=True))
+    _core.tuning_set(ATTN, 2)
+    model.set_profiling(True)
+    model.reset()
+    small = np.array(model.eval(prompt, all_logits=True))
+    stamps = {name for name, _ in model.last_profile()}
+    model.set_profiling(False)
+    model.reset()
+    other = np.array(model.eval(prompt[::-1], all_logits=True))
+    err, control = _rel(small, default), _rel(other, default)
+    print(f"{ATTN}=2 vs default: rel-l2 {err:.1e} (bar {BAR}); other prompt {control:.2f}")
+    assert "attention_prefill_4" in stamps, stamps
     assert err < BAR
     assert control > 10 * BAR

@@ -29,8 +29,12 @@ constexpr int64_t kAttnDecodeMaxTokens = 8;
 // every call (to compare the two, or to time the recording).
 const tuning::Knob& kReplay = tuning::define(
     "vulkan.llm.replay", 1, 0, 1, "submit the last command buffer again for a call of its shape");
-// Query rows per workgroup of attention_prefill (GK_ATTN_TQ of its stamp).
-constexpr int64_t kAttnPrefillRows = 16;
+// Query rows per workgroup of the prefill attention (GK_ATTN_PREFILL of its stamps
+// attention_prefill (16), attention_prefill_8, attention_prefill_4): fewer rows make more
+// workgroups, which models with few heads need to fill a GPU.
+const tuning::Knob& kAttnPrefillRowsLog2 = tuning::define(
+    "vulkan.attention.prefill_rows_log2", 4, 2, 4,
+    "log2 of the query rows a prefill attention workgroup holds (4: 16 rows)");
 
 uint32_t u32(int64_t v) { return uint32_t(v); }
 uint32_t ceil_div(int64_t a, int64_t b) { return uint32_t((a + b - 1) / b); }
@@ -191,9 +195,14 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
     a.out_stride = u32(c.n_head * c.head_dim_v);
     a.scale = c.attn_scale;
     const bool decode = n <= kAttnDecodeMaxTokens;
-    e.dispatch(require_stamp(decode ? "attention_decode" : "attention_prefill"),
-               {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get(), step_.get()}, a,
-               u32(c.n_head), decode ? u32(n) : ceil_div(n, kAttnPrefillRows));
+    const int64_t tile = int64_t(1) << kAttnPrefillRowsLog2.get();
+    const std::string stamp = decode       ? "attention_decode"
+                              : tile == 16 ? "attention_prefill"
+                                           : "attention_prefill_" + std::to_string(tile);
+    e.dispatch(require_stamp(stamp),
+               {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get(),
+                step_.get()},
+               a, u32(c.n_head), decode ? u32(n) : ceil_div(n, tile));
     e.barrier();
 }
 

@@ -8,7 +8,7 @@
 // gets the softmax(scale * q.k)-weighted sum of the values. (The output buffer is attn_out:
 // `out` is a reserved word in GLSL.)
 //
-// One workgroup holds TQ queries of one head (decode: TQ = 1; GK_ATTN_PREFILL=1: TQ = 16) and
+// One workgroup holds TQ queries of one head (decode: TQ = 1; prefill: GK_ATTN_PREFILL) and
 // streams the keys in blocks of 128, one key per thread: the thread reads its key's row from
 // the cache once and scores it against every query of the tile (held in workgroup memory),
 // then the block's weights are formed with an online softmax (Milakov & Gimelshein 2018:
@@ -19,11 +19,12 @@
 // most 256; k_off and v_off even; n_head a multiple of n_head_kv.
 #include "../gk/gk.h"
 
+// GK_ATTN_PREFILL=TQ: the query rows a prefill workgroup holds (4, 8 or 16); 0: decode.
 #ifndef GK_ATTN_PREFILL
 #define GK_ATTN_PREFILL 0
 #endif
 #if GK_ATTN_PREFILL
-#define GK_ATTN_TQ 16
+#define GK_ATTN_TQ GK_ATTN_PREFILL
 #else
 #define GK_ATTN_TQ 1
 #endif
