@@ -3,7 +3,7 @@ values outside its range, and gives the same logits (to rounding: the matrix-vec
 kernels sum in other orders) whichever value is set; negative control: a different prompt's
 logits differ far beyond that bar; the same for vulkan.project.tall_min_rows (1: every decode
 projection takes the tall matrix-vector stamps) and vulkan.attention.prefill_rows_log2 (4 query
-rows a prefill attention workgroup instead of 16). vulkan.llm.replay: decode steps submit the previous step's
+rows a prefill attention workgroup instead of the default 8). vulkan.llm.replay: decode steps submit the previous step's
 command buffer again (counted in the seat stats), with logits equal bit for bit to recording
 every step anew; negative control: a step at another position differs."""
 
