@@ -1,8 +1,9 @@
 // Causal softmax attention over a float32 K/V cache (the Pocket TTS backbone and Mimi's
 // transformer keep theirs in float32, as the CPU chain does), grouped-query, optionally
-// windowed (cpu::attention). Query token t sits at position pos0 + t; head h reads
+// windowed (cpu::attention). Query token t sits at position pos_base[0] + pos0 + t (the base
+// read from memory, so one recorded command buffer serves every position); head h reads
 // q[q_off + t * q_stride + h * head_dim] and kv head g = h / (n_head / n_head_kv); it sees the
-// keys p with lo <= p <= pos0 + t, lo = pos0 + t - window + 1 when window > 0 (clamped at 0),
+// keys p with lo <= p <= pos, lo = pos - window + 1 when window > 0 (clamped at 0),
 // else 0. Key p of head g is kc[k_off + p * kv_stride + g * head_dim + d] (vc alike);
 // attn_out[out_off + t * out_stride + h * head_dim + d] gets the softmax(scale * q.k)-weighted
 // sum of the values.
@@ -20,7 +21,7 @@
 #define GK_ATTN32_DMAX 128u
 
 #define GK_BUFFERS(B) B(0, ro, float, q) B(1, ro, float, kc) B(2, ro, float, vc) \
-    B(3, wo, float, attn_out)
+    B(3, wo, float, attn_out) B(4, ro, uint, pos_base)
 #define GK_ARGS(A) A(uint, n_tok) A(uint, n_head) A(uint, n_head_kv) A(uint, head_dim) \
     A(uint, pos0) A(uint, window) A(uint, q_off) A(uint, q_stride) A(uint, kv_stride) \
     A(uint, k_off) A(uint, v_off) A(uint, out_off) A(uint, out_stride) A(float, scale)
@@ -36,7 +37,7 @@ GK_KERNEL(attention_f32, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     if (t >= args.n_tok) return;  // the whole workgroup leaves together
     uint D = args.head_dim;
     uint g = h / (args.n_head / args.n_head_kv);
-    uint pos = args.pos0 + t;
+    uint pos = pos_base[0] + args.pos0 + t;
     uint lo = (args.window > 0u && pos + 1u > args.window) ? pos + 1u - args.window : 0u;
     uint nk = gk_min(pos + 1u - lo, GK_ATTN32_KEYS);
     for (uint d = tid; d < D; d += GK_WG) qs[d] = q[args.q_off + t * args.q_stride + h * D + d];

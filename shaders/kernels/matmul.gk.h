@@ -52,21 +52,8 @@ GK_KERNEL(matmul, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     uint tt = tid / 16u;
     float acc[4u * GK_MATMUL_TOK_BLOCK];
     GK_UNROLL for (uint i = 0u; i < 4u * GK_MATMUL_TOK_BLOCK; ++i) acc[i] = 0.0f;
-    // The RMSNorm scale of each token row of the tile: subgroup g takes rows g, g + n_sg, ...,
-    // its lanes reading consecutive columns (coalesced) and reducing in registers.
-    if (args.in_mode == GK_MM_IN_RMSNORM) {
-        for (uint t = GK_SUBGROUP_ID; t < GK_MATMUL_TILE_TOKS; t += GK_NUM_SUBGROUPS) {
-            float ss = 0.0f;
-            if (tok0 + t < args.n_tok) {
-                uint xt = args.x_off + (tok0 + t) * args.x_stride;
-                for (uint k = GK_LANE; k < args.cols; k += GK_SUBGROUP_SIZE)
-                    ss = gk_fma(x[xt + k], x[xt + k], ss);
-            }
-            float total = gk_subgroup_add(ss);
-            if (GK_LANE == 0u) tok_inv[t] = gk_rms_inv(total, args.cols, args.eps);
-        }
-        GK_BARRIER();
-    }
+    // The RMSNorm scale of each token row of the tile.
+    GK_MM_TILE_RMS_INV(tok_inv, tok0, GK_MATMUL_TILE_TOKS)
 
     for (uint kb = 0u; kb < args.cols; kb += GK_MATMUL_BK) {
         uint u = kb / GK_UNIT + lu;

@@ -146,19 +146,7 @@ GK_KERNEL(matmul_coopmat, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     uint sg_tok = (sg / GK_MMC_WARPS_R) * (16u * GK_MMC_ACC_T);
 
     // The RMSNorm scale of each token row of the tile, as matmul.gk.h computes it.
-    if (args.in_mode == GK_MM_IN_RMSNORM) {
-        for (uint t = GK_SUBGROUP_ID; t < GK_MMC_TILE_TOKS; t += GK_NUM_SUBGROUPS) {
-            float ss = 0.0f;
-            if (tok0 + t < args.n_tok) {
-                uint xt = args.x_off + (tok0 + t) * args.x_stride;
-                for (uint k = GK_LANE; k < args.cols; k += GK_SUBGROUP_SIZE)
-                    ss = gk_fma(x[xt + k], x[xt + k], ss);
-            }
-            float total = gk_subgroup_add(ss);
-            if (GK_LANE == 0u) tok_inv[t] = gk_rms_inv(total, args.cols, args.eps);
-        }
-        GK_BARRIER();
-    }
+    GK_MM_TILE_RMS_INV(tok_inv, tok0, GK_MMC_TILE_TOKS)
 
     // acc[ACC_T * a + b]: rows sg_row + 16a, tokens sg_tok + 16b.
     GK_CM_ACC acc[GK_MMC_ACC_R * GK_MMC_ACC_T];

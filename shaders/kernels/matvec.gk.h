@@ -1,7 +1,8 @@
 // Decode-time matrix-vector product against a GGUF weight matrix, for a few token rows:
 //   y[y_off + t*y_stride + r] (= or +=) sum_k W[r, k] * x[x_off + t*x_stride + k]
 // for r < rows, t < n_tok (at most GK_MATVEC_MAX_TOK). W is `rows` rows of `cols` columns in
-// raw GGUF blocks (row r at byte r * row_bytes); accumulate != 0 adds to y (the residual add).
+// raw GGUF blocks (row r at byte r * row_bytes); accumulate != 0 adds to y (the residual add;
+// mm_input.h's GK_MM_STORE: 2 a gated one).
 // One stamp per format (GK_FMT_<NAME>, see gk/formats.h). in_mode transforms x as it is read
 // (mm_input.h: an RMSNorm or a gated activation fused in front of the product).
 //
@@ -166,7 +167,7 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
                 s = gk_subgroup_add(s);
                 if (GK_LANE == 0u) {
                     uint yi = args.y_off + t * args.y_stride + row;
-                    y[yi] = args.accumulate != 0u ? y[yi] + s : s;
+                    GK_MM_STORE(yi, row, s)
                 }
             }
         }
@@ -323,7 +324,7 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
             float sum = 0.0f;
             for (uint sg = 0u; sg < GK_NUM_SUBGROUPS; ++sg) sum += part[sg * GK_MATVEC_ROWS + tid];
             uint yi = args.y_off + t * args.y_stride + row0 + tid;
-            y[yi] = args.accumulate != 0u ? y[yi] + sum : sum;
+            GK_MM_STORE(yi, row0 + tid, sum)
         }
         // part is written again by the next token row.
         GK_BARRIER();

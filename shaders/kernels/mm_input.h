@@ -108,3 +108,42 @@ GK_INLINE float gk_gelu_tanh(float v) {
         mean = gk_mean_; \
         inv = gk_rms_inv(gk_qt_, args.cols, args.eps); \
     }
+
+// The output stage of matvec.gk.h, by args.accumulate:
+//   0  y = s;  1  y += s
+//   2  the gated residual of Pocket's flow blocks: y += gate_r * (s + bias_r), bias_r at
+//      aux[(aux_off & 0xffff) + r], gate_r at aux[(aux_off >> 16) + r], r the row within the
+//      dispatch's split; rounded as a bias add and then add_scale.gk.h. It reads aux_off, so it
+//      goes with the input modes that do not (0, 4, 5). The tiled stamps know 0 and 1 only.
+#define GK_MM_ACCUMULATE_GATED 2u
+#define GK_MM_STORE(yi, r, s) \
+    { \
+        if (args.accumulate == GK_MM_ACCUMULATE_GATED) { \
+            GK_PRECISE float gk_h_ = (s) + aux[(args.aux_off & 0xffffu) + (r)]; \
+            GK_PRECISE float gk_v_ = gk_h_ * aux[(args.aux_off >> 16u) + (r)]; \
+            GK_PRECISE float gk_y_ = y[yi] + gk_v_; \
+            y[yi] = gk_y_; \
+        } else { \
+            y[yi] = args.accumulate != 0u ? y[yi] + (s) : (s); \
+        } \
+    }
+
+// tok_inv[t] = the RMSNorm scale of token row tok0 + t, t < n_tile (mode 1 only; zero-sum rows
+// past n_tok): subgroup g takes rows g, g + n_sg, ..., its lanes reading consecutive columns
+// (coalesced) and reducing in registers. Ends with a barrier. For the tiled templates.
+#define GK_MM_TILE_RMS_INV(tok_inv, tok0, n_tile) \
+    { \
+        if (args.in_mode == GK_MM_IN_RMSNORM) { \
+            for (uint gk_t_ = GK_SUBGROUP_ID; gk_t_ < (n_tile); gk_t_ += GK_NUM_SUBGROUPS) { \
+                float gk_ss_ = 0.0f; \
+                if ((tok0) + gk_t_ < args.n_tok) { \
+                    uint gk_xt_ = args.x_off + ((tok0) + gk_t_) * args.x_stride; \
+                    for (uint gk_k_ = GK_LANE; gk_k_ < args.cols; gk_k_ += GK_SUBGROUP_SIZE) \
+                        gk_ss_ = gk_fma(x[gk_xt_ + gk_k_], x[gk_xt_ + gk_k_], gk_ss_); \
+                } \
+                float gk_total_ = gk_subgroup_add(gk_ss_); \
+                if (GK_LANE == 0u) tok_inv[gk_t_] = gk_rms_inv(gk_total_, args.cols, args.eps); \
+            } \
+            GK_BARRIER(); \
+        } \
+    }

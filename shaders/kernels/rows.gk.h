@@ -1,5 +1,7 @@
 // Row copies with an optional activation, picked by GK_ROWS_OP:
-//   dst[dst_off + t * dst_stride + j] = f(src[src_off + t * src_stride + j]),  j < width, t < rows
+//   dst[dst_off + t * dst_stride + j] = f(src[src_off + t * src_stride + j] (+ bias[j])),
+// j < width, t < rows; has_bias != 0 adds bias[bias_off + j] first (a convolution's bias, so the
+// product before needs no pass of its own: rounded as that pass would).
 //   0 copy   f(v) = v                 (src_stride 0 repeats one row: a replicate pad)
 //   1 elu    f(v) = v > 0 ? v : expm1(v)
 //   2 gelu   f(v) = 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3)))      (pocket::gelu_tanh)
@@ -13,9 +15,9 @@
 #define GK_ROWS_OP 0
 #endif
 
-#define GK_BUFFERS(B) B(0, ro, float, src) B(1, wo, float, dst)
+#define GK_BUFFERS(B) B(0, ro, float, src) B(1, wo, float, dst) B(2, ro, float, bias)
 #define GK_ARGS(A) A(uint, width) A(uint, rows) A(uint, src_off) A(uint, src_stride) \
-    A(uint, dst_off) A(uint, dst_stride)
+    A(uint, dst_off) A(uint, dst_stride) A(uint, bias_off) A(uint, has_bias)
 #define GK_SHARED(S)
 #define GK_WG 256
 
@@ -43,6 +45,7 @@ GK_KERNEL(rows, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
         uint t = idx / args.width;
         uint j = idx - t * args.width;
         GK_PRECISE float v = src[args.src_off + t * args.src_stride + j];
+        if (args.has_bias != 0u) v = v + bias[args.bias_off + j];
 #if GK_ROWS_OP == 1
         v = v > 0.0f ? v : gk_expm1(v);
 #elif GK_ROWS_OP == 2

@@ -13,7 +13,12 @@
 //   SEANet upsampling     a matrix product with the (K * Cout, Cin) repacked weight, then
 //                         conv_tr's overlap-add with its K - s tail rows carried
 //   ELU, residual adds    rows_elu (written straight into the next convolution's input),
-//                         add_scale
+//                         add_scale; a convolution's bias is added by the pass that reads
+//                         its output (rounded as a pass of its own would)
+//
+// A call's command buffer reads the stream's position from mapped memory and its latents from
+// a mapped buffer, so it is recorded once per (frames, first call of a stream or not) and
+// submitted again for later calls of that shape (the knob vulkan.pocket.replay).
 //
 // The first call of a stream fills each history as the CPU does: zeros, or copies of the
 // first input row (replicate padding). The history moves need a call to bring at least K - 1
@@ -21,7 +26,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "tts/pocket/config.h"
@@ -47,9 +54,9 @@ public:
 
     // n de-normalized latents [n, L] -> n * frame_size samples of channel 0 appended to
     // `audio`, in submissions of kGpuCodecFramesPerSubmit frames at most. Returns the
-    // dispatches recorded. Throws DeviceError (no audio is added; the stream is then spent:
-    // reset() before the next call).
-    uint64_t decode(const float* latents, int64_t n, std::vector<float>& audio);
+    // dispatches submitted and how many submissions were replays. Throws DeviceError (no audio
+    // is added; the stream is then spent: reset() before the next call).
+    GpuRun decode(const float* latents, int64_t n, std::vector<float>& audio);
 
 private:
     // A streaming Conv1d (stride 1, dilation 1): `in` holds [hist + rows, cin].
@@ -64,7 +71,9 @@ private:
     };
 
     void reserve(int64_t n);
-    uint64_t decode_piece(const float* latents, int64_t n, std::vector<float>& audio);
+    GpuRun decode_piece(const float* latents, int64_t n, std::vector<float>& audio);
+    // Records a call of n frames (the stream's first when fresh_).
+    void record_piece(gpu::Encoder& e, int64_t n);
     // conv_tr (depthwise when depthwise_w is given) of n_in rows of z into y, then the rows
     // past n_in * stride copied into `tail` for the next call.
     void overlap_add(gpu::Encoder& e, gpu::Buffer& z, gpu::Buffer* depthwise_w, gpu::Buffer& tail,
@@ -72,7 +81,8 @@ private:
                      int64_t stride, int64_t taps);
     void reserve_positions(int64_t n_ctx);
     // Records conv `cv` over `rows` new rows already in cv.in (from row cv.hist on) into y.
-    void conv(gpu::Encoder& e, Conv& cv, int64_t rows, gpu::Buffer& y);
+    // bias false: the product alone (the pass after it adds the bias).
+    void conv(gpu::Encoder& e, Conv& cv, int64_t rows, gpu::Buffer& y, bool bias = true);
     // The first call's replicate padding of cv.in (its first new row copied into the history).
     void pad_history(gpu::Encoder& e, Conv& cv);
     void keep_history(gpu::Encoder& e, Conv& cv, int64_t rows);
@@ -86,7 +96,14 @@ private:
     bool fresh_ = true;
     Conv in_, out_;
     std::vector<Stage> stages_;
-    std::unique_ptr<gpu::Buffer> up_tail_, lat_, p_, q_, e_, z_, host_out_;
+    // Mapped: lat_in_ (the call's latents), host_out_ (its audio), pos_base_ (positions_).
+    std::unique_ptr<gpu::Buffer> up_tail_, lat_, lat_in_, p_, q_, e_, z_, host_out_, pos_base_;
+    // Recordings by (frames, fresh_), valid while the buffers are those of buffers_generation_
+    // (reserve moves it on), the transformer's those of tf_generation_ and the knobs those of
+    // knobs_generation_.
+    std::map<std::pair<int64_t, bool>, std::unique_ptr<gpu::Encoder>> recorded_;
+    uint64_t buffers_generation_ = 0, rec_buffers_generation_ = 0, tf_generation_ = 0,
+             knobs_generation_ = 0;
 };
 
 }  // namespace dasllama::pocket

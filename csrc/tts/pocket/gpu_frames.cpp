@@ -3,23 +3,61 @@
 #include <cstring>
 
 #include "core/errors.h"
+#include "core/tuning.h"
+#include "gk_args.h"
 
 namespace dasllama::pocket {
+
+namespace {
+
+// The packed aux offsets of the LayerNorm input stage: affine [weight | bias] at wb, adaLN
+// [shift | scale] at md (shaders/kernels/mm_input.h; pocket_weights_unsupported checks they fit).
+uint32_t ln_offsets(int64_t wb, int64_t md) { return uint32_t(wb) | (uint32_t(md) << 16); }
+
+}  // namespace
 
 GpuFrames::GpuFrames(GpuOps& ops, const PocketConfig& c, const DeviceBackbone& w,
                      GpuTransformer& lm)
     : ops_(ops), c_(c), w_(w), lm_(lm) {
     gpu::Device& dev = ops_.device();
-    const size_t W = size_t(c.flow_dim), F = sizeof(float);
+    const int64_t W = c.flow_dim, L = c.latent_dim, B = int64_t(w.blocks.size());
+    const size_t F = sizeof(float);
     x_ = dev.alloc(size_t(c.lm.d_model) * F, "frames.x");
-    zh_ = dev.alloc(size_t(c.lm.d_model) * F, "frames.out_norm");
-    cy_ = dev.alloc(W * F, "flow.cond_y");
-    sy_ = dev.alloc(W * F, "flow.silu_y");
-    xw_ = dev.alloc(W * F, "flow.x");
-    ada_ = dev.alloc(3 * W * F, "flow.ada");
-    h_ = dev.alloc(W * F, "flow.h");
-    m_ = dev.alloc(W * F, "flow.m");
-    v_ = dev.alloc(size_t(c.latent_dim) * F, "flow.v");
+    cy_ = dev.alloc(size_t(W) * F, "flow.cond_y");
+    xw_ = dev.alloc(size_t(W) * F, "flow.x");
+    m_ = dev.alloc(size_t(B * W) * F, "flow.mlp_in");
+    v_ = dev.alloc(size_t(L) * F, "flow.v");
+    ada_rows_ = w.ada_all.w.rows;
+    ada_off_ = 2 * B * W;
+    out_bias_off_ = ada_off_ + ada_rows_;
+    aux_ = dev.alloc(size_t(out_bias_off_ + B * W) * F, "flow.aux");
+    pos_base_ = dev.alloc_host(sizeof(uint32_t), "frames.position");
+    b_cy_ = 0;
+    b_xw_ = W;
+    b_m_ = 2 * W;
+    b_v_ = b_m_ + B * W;
+    b_ada_ = b_v_ + L;
+    bias_ = dev.alloc(size_t(b_ada_ + ada_rows_) * F, "flow.bias_images");
+    // The bias images (zeros where a linear has none), and aux_'s constant parts: the norms
+    // and the mlp_out biases (zeros where none).
+    std::unique_ptr<gpu::Encoder> enc = dev.encoder();
+    gpu::Encoder& e = *enc;
+    e.fill(*bias_, 0, bias_->size(), 0u);
+    e.fill(*aux_, 0, aux_->size(), 0u);
+    e.barrier();
+    auto put = [&](const DeviceLinear& l, int64_t at, gpu::Buffer& to) {
+        if (l.bias) e.copy(*l.bias, 0, to, size_t(at) * F, size_t(l.w.rows) * F);
+    };
+    put(w.cond, b_cy_, *bias_);
+    put(w.flow_input, b_xw_, *bias_);
+    for (int64_t b = 0; b < B; ++b) {
+        put(w.blocks[size_t(b)].mlp_in, b_m_ + b * W, *bias_);
+        put(w.blocks[size_t(b)].mlp_out, out_bias_off_ + b * W, *aux_);
+    }
+    put(w.final_out, b_v_, *bias_);
+    put(w.ada_all, b_ada_, *bias_);
+    if (B) e.copy(*w.flow_norm_wb, 0, *aux_, 0, size_t(2 * B * W) * F);
+    dev.submit(e);
     lm_.reserve_rows(1);
 }
 
@@ -27,109 +65,154 @@ void GpuFrames::reserve(int64_t n) {
     if (n <= batch_) return;
     gpu::Device& dev = ops_.device();
     const size_t F = sizeof(float), L = size_t(c_.latent_dim), Z = size_t(c_.cond_dim());
-    lat_ = dev.alloc(size_t(n + 1) * L * F, "frames.latents");
-    cond_ = dev.alloc(size_t(n) * Z * F, "frames.cond");
     const size_t kv = size_t(2 * c_.lm.num_layers * lm_.kv_width());
+    recorded_.clear();
+    lat_ = dev.alloc(size_t(n + 1) * L * F, "frames.latents");
+    lat_in_ = dev.alloc_host(size_t(n + 1) * L * F, "frames.latents_in");
+    cond_ = dev.alloc(size_t(n) * Z * F, "frames.cond");
+    kv_rows_ = dev.alloc(size_t(n) * kv * F, "frames.kv_rows");
     host_out_ = dev.alloc_host(size_t(n) * (Z + L + kv) * F, "frames.readback");
     batch_ = n;
 }
 
+void GpuFrames::prefill(gpu::Encoder& e, bool cond) {
+    const size_t F = sizeof(float);
+    const int64_t W = c_.flow_dim, B = int64_t(w_.blocks.size());
+    if (cond) e.copy(*bias_, size_t(b_cy_) * F, *cy_, 0, size_t(W) * F);
+    e.copy(*bias_, size_t(b_xw_) * F, *xw_, 0, size_t(W) * F);
+    if (B) e.copy(*bias_, size_t(b_m_) * F, *m_, 0, size_t(B * W) * F);
+    e.copy(*bias_, size_t(b_v_) * F, *v_, 0, size_t(c_.latent_dim) * F);
+    e.copy(*bias_, size_t(b_ada_) * F, *aux_, size_t(ada_off_) * F, size_t(ada_rows_) * F);
+}
+
 void GpuFrames::flow_head(gpu::Encoder& e, int64_t frame, int64_t steps) {
     const int64_t W = c_.flow_dim, L = c_.latent_dim, Z = c_.cond_dim();
-    const uint32_t uw = uint32_t(W), lat_off = uint32_t((frame + 1) * L);
-    ops_.linear(e, w_.cond.w, w_.cond.bias.get(), *cond_, uint32_t(frame * Z), uint32_t(Z), *cy_,
-                0, uw, 1);
-    e.barrier();
+    const int64_t B = int64_t(w_.blocks.size());
+    const uint32_t uw = uint32_t(W), ul = uint32_t(L), lat_off = uint32_t((frame + 1) * L);
+    const float eps = float(c_.flow_norm_eps);
     for (int64_t i = 0; i < steps; ++i) {
-        // sy = SiLU(cond_y + mean time embedding of step i); x = input(latent).
-        ops_.rows(e, "copy", *cy_, 0, uw, *sy_, 0, uw, W, 1);
-        ops_.linear(e, w_.flow_input.w, w_.flow_input.bias.get(), *lat_, lat_off, uint32_t(L),
-                    *xw_, 0, uw, 1);
-        e.barrier();
-        ops_.add_scale(e, *sy_, 0, uw, *tsum_, uint32_t(i * W), uw, W, 1);
-        e.barrier();
-        ops_.rows(e, "silu", *sy_, 0, uw, *sy_, 0, uw, W, 1);
-        e.barrier();
-        for (const DeviceFlowBlock& b : w_.blocks) {
-            ops_.linear(e, b.ada.w, b.ada.bias.get(), *sy_, 0, uw, *ada_, 0, 3 * uw, 1);
-            e.barrier();
-            ops_.layernorm(e, *xw_, 0, b.norm_w.get(), b.norm_b.get(), 1, W, c_.flow_norm_eps,
-                           *h_, 0, ada_.get(), 0);
-            e.barrier();
-            ops_.linear(e, b.mlp_in.w, b.mlp_in.bias.get(), *h_, 0, uw, *m_, 0, uw, 1);
-            e.barrier();
-            ops_.rows(e, "silu", *m_, 0, uw, *m_, 0, uw, W, 1);
-            e.barrier();
-            ops_.linear(e, b.mlp_out.w, b.mlp_out.bias.get(), *m_, 0, uw, *h_, 0, uw, 1);
-            e.barrier();
-            ops_.add_scale(e, *xw_, 0, uw, *h_, 0, uw, W, 1, ada_.get(), 2 * uw);  // x += gate h
+        if (i > 0) {
+            prefill(e, false);
             e.barrier();
         }
-        ops_.linear(e, w_.final_ada.w, w_.final_ada.bias.get(), *sy_, 0, uw, *ada_, 0, 2 * uw, 1);
+        // cond_y = cond(conditioning) (once a frame); x = input(latent).
+        if (i == 0)
+            ops_.linear(e, w_.cond.w, nullptr, *cond_, uint32_t(frame * Z), uint32_t(Z), *cy_, 0,
+                        uw, 1, true);
+        ops_.linear(e, w_.flow_input.w, nullptr, *lat_, lat_off, ul, *xw_, 0, uw, 1, true);
         e.barrier();
-        ops_.layernorm(e, *xw_, 0, nullptr, nullptr, 1, W, c_.flow_norm_eps, *h_, 0, ada_.get(), 0);
+        // Every block's shift | scale | gate and the final layer's shift | scale, from
+        // SiLU(cond_y + the step's mean time embedding).
+        ops_.linear(e, w_.ada_all.w, nullptr, *cy_, 0, uw, *aux_, uint32_t(ada_off_),
+                    uint32_t(ada_rows_), 1, true,
+                    {GK_MM_IN_SILU_SUM, tsum_.get(), uint32_t(i * W), 0.0f});
         e.barrier();
-        ops_.linear(e, w_.final_out.w, w_.final_out.bias.get(), *h_, 0, uw, *v_, 0, uint32_t(L), 1);
+        for (int64_t b = 0; b < B; ++b) {
+            const DeviceFlowBlock& blk = w_.blocks[size_t(b)];
+            const int64_t ada = ada_off_ + 3 * b * W;
+            // m = mlp_in(adaLN(LayerNorm(x))); x += gate mlp_out(SiLU(m)).
+            ops_.linear(e, blk.mlp_in.w, nullptr, *xw_, 0, uw, *m_, uint32_t(b * W), uw, 1, true,
+                        {GK_MM_IN_LAYERNORM + 3u, aux_.get(), ln_offsets(2 * b * W, ada), eps});
+            e.barrier();
+            ops_.linear_gated(e, blk.mlp_out.w, *m_, uint32_t(b * W), GK_MM_IN_SILU, *xw_, 0,
+                              *aux_, uint32_t(out_bias_off_ + b * W), uint32_t(ada + 2 * W));
+            e.barrier();
+        }
+        // v = final_out(adaLN(LayerNorm(x))), no affine part; latent += v / steps.
+        ops_.linear(e, w_.final_out.w, nullptr, *xw_, 0, uw, *v_, 0, ul, 1, true,
+                    {GK_MM_IN_LAYERNORM + 2u, aux_.get(), ln_offsets(0, ada_off_ + 3 * B * W),
+                     eps});
         e.barrier();
-        ops_.add_scale(e, *lat_, lat_off, uint32_t(L), *v_, 0, uint32_t(L), L, 1, nullptr, 0,
-                       float(steps));
+        ops_.add_scale(e, *lat_, lat_off, ul, *v_, 0, ul, L, 1, nullptr, 0, float(steps));
         e.barrier();
     }
 }
 
-uint64_t GpuFrames::run(int64_t n, int64_t pos0, const float* latent_in, const float* x0,
-                        int64_t steps, const std::vector<float>& tsum, float* cond,
-                        float* latents) {
-    if (n > batch_) throw ShapeError("pocket GPU frames: a batch of " + std::to_string(n) +
-                                     " frames exceeds the reserved " + std::to_string(batch_));
-    gpu::Device& dev = ops_.device();
+void GpuFrames::record_batch(gpu::Encoder& e, int64_t n, int64_t steps) {
     const int64_t D = c_.lm.d_model, L = c_.latent_dim, Z = c_.cond_dim();
+    const uint32_t ud = uint32_t(D), kvw = uint32_t(lm_.kv_width());
     const size_t F = sizeof(float);
-    if (steps != tsum_steps_) {
-        tsum_ = dev.alloc(tsum.size() * F, "flow.time_sums");
-        dev.upload(*tsum_, 0, tsum.data(), tsum.size() * F);
-        tsum_steps_ = steps;
-    }
-    {
-        std::vector<float> init(size_t((n + 1) * L));
-        std::memcpy(init.data(), latent_in, size_t(L) * F);
-        std::memcpy(init.data() + L, x0, size_t(n * L) * F);
-        dev.upload(*lat_, 0, init.data(), init.size() * F);
-    }
-    std::unique_ptr<gpu::Encoder> enc = dev.encoder();
-    gpu::Encoder& e = *enc;
-    const uint32_t ud = uint32_t(D);
+    // The batch's input latent and starting noise, written to mapped memory before each submit.
+    e.copy(*lat_in_, 0, *lat_, 0, size_t((n + 1) * L) * F);
+    e.barrier();
     for (int64_t j = 0; j < n; ++j) {
+        // The flow head's bias images go in while the backbone runs (nothing reads them before
+        // the barriers below).
+        prefill(e, true);
         ops_.linear(e, w_.input, nullptr, *lat_, uint32_t(j * L), uint32_t(L), *x_, 0, ud, 1);
         e.barrier();
-        lm_.record(e, *x_, 1, pos0 + j, false);
-        gpu::Buffer& normed = w_.has_z_proj ? *zh_ : *cond_;
-        ops_.layernorm(e, *x_, 0, w_.out_norm_w.get(), w_.out_norm_b.get(), 1, D, c_.lm.norm_eps,
-                       normed, w_.has_z_proj ? 0u : uint32_t(j * Z));
-        e.barrier();
+        // Positions pos_base[0] + j; each layer's K/V rows also go to kv_rows_ [layer][k|v][n].
+        lm_.record(e, *x_, 1, j, false,
+                   {pos_base_.get(), kv_rows_.get(), uint32_t(j) * kvw, uint32_t(n) * kvw});
         if (w_.has_z_proj) {
-            ops_.linear(e, w_.z_proj, nullptr, *zh_, 0, ud, *cond_, uint32_t(j * Z), uint32_t(Z), 1);
-            e.barrier();
+            ops_.linear(e, w_.z_proj, nullptr, *x_, 0, ud, *cond_, uint32_t(j * Z), uint32_t(Z),
+                        1, false,
+                        {GK_MM_IN_LAYERNORM + 1u, w_.out_norm_wb.get(), 0, float(c_.lm.norm_eps)});
+        } else {
+            ops_.layernorm(e, *x_, 0, w_.out_norm_w.get(), w_.out_norm_b.get(), 1, D,
+                           c_.lm.norm_eps, *cond_, uint32_t(j * Z));
         }
+        e.barrier();
         flow_head(e, j, steps);
     }
     e.copy(*cond_, 0, *host_out_, 0, size_t(n * Z) * F);
     e.copy(*lat_, size_t(L) * F, *host_out_, size_t(n * Z) * F, size_t(n * L) * F);
     // The batch's K/V rows come back with it, so the host state never lags the device.
-    const size_t rows_bytes = size_t(n * lm_.kv_width()) * F;
-    size_t at = size_t(n * (Z + L)) * F;
-    for (int il = 0; il < int(c_.lm.num_layers); ++il) {
-        for (int which = 0; which < 2; ++which, at += rows_bytes)
-            e.copy(lm_.cache(il, which), size_t(pos0 * lm_.kv_width()) * F, *host_out_, at,
-                   rows_bytes);
+    e.copy(*kv_rows_, 0, *host_out_, size_t(n * (Z + L)) * F,
+           size_t(2 * c_.lm.num_layers * n * lm_.kv_width()) * F);
+}
+
+GpuRun GpuFrames::run(int64_t n, int64_t pos0, const float* latent_in, const float* x0,
+                         int64_t steps, const std::vector<float>& tsum, float* cond,
+                         float* latents) {
+    if (n > batch_) throw ShapeError("pocket GPU frames: a batch of " + std::to_string(n) +
+                                     " frames exceeds the reserved " + std::to_string(batch_));
+    if (pos0 + n > lm_.capacity())
+        throw ShapeError("pocket GPU frames: frames at positions " + std::to_string(pos0) +
+                         ".." + std::to_string(pos0 + n - 1) + " exceed the device cache (" +
+                         std::to_string(lm_.capacity()) + " positions)");
+    gpu::Device& dev = ops_.device();
+    const int64_t L = c_.latent_dim, Z = c_.cond_dim();
+    const size_t F = sizeof(float);
+    if (steps != tsum_steps_) {
+        recorded_.clear();
+        tsum_ = dev.alloc(tsum.size() * F, "flow.time_sums");
+        dev.upload(*tsum_, 0, tsum.data(), tsum.size() * F);
+        tsum_steps_ = steps;
     }
-    dev.submit(e);
+    // A recording is stale once the transformer's buffers or any knob (the projections'
+    // choice of stamps) changed.
+    if (lm_.buffers_generation() != lm_generation_ || tuning::generation() != knobs_generation_) {
+        recorded_.clear();
+        lm_generation_ = lm_.buffers_generation();
+        knobs_generation_ = tuning::generation();
+    }
+    float* lat_in = static_cast<float*>(lat_in_->mapped());
+    std::memcpy(lat_in, latent_in, size_t(L) * F);
+    std::memcpy(lat_in + L, x0, size_t(n * L) * F);
+    *static_cast<uint32_t*>(pos_base_->mapped()) = uint32_t(pos0);
+    GpuRun r;
+    const bool replay = pocket_replay_on();
+    auto it = recorded_.find({n, steps});
+    gpu::Encoder* enc = nullptr;
+    std::unique_ptr<gpu::Encoder> once;
+    if (replay && it != recorded_.end()) {
+        enc = it->second.get();
+        r.replays = 1;
+    } else {
+        once = dev.encoder();
+        record_batch(*once, n, steps);
+        enc = once.get();
+    }
+    dev.submit(*enc);
+    r.dispatches = enc->dispatches();
+    if (replay && once) recorded_[{n, steps}] = std::move(once);
     const float* out = static_cast<const float*>(host_out_->mapped());
     std::memcpy(cond, out, size_t(n * Z) * F);
     std::memcpy(latents, out + n * Z, size_t(n * L) * F);
     kv_.assign(out + n * (Z + L), out + n * (Z + L) + 2 * c_.lm.num_layers * n * lm_.kv_width());
     last_n_ = n;
-    return e.dispatches();
+    return r;
 }
 
 const float* GpuFrames::kv_rows(int layer, int which) const {

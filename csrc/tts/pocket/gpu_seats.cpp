@@ -96,7 +96,9 @@ void PocketGpu::codec_decode(const float* latents, int64_t n, std::vector<float>
         seat.uploads += 1;
         return;
     }
-    seat.dispatches += codec_->decode(latents, n, audio);
+    const GpuRun r = codec_->decode(latents, n, audio);
+    seat.dispatches += r.dispatches;
+    seat.replays += r.replays > 0 ? 1 : 0;   // a call of several pieces counts once
     seat.served += 1;
 }
 
@@ -180,7 +182,9 @@ void PocketGpu::run_frames(KVCache& state, uint64_t generation, int64_t n,
     gpu::SeatStats& seat = seats_["frames"];
     sync_rows(state, generation, seat);
     const int64_t host = state.n_past();
-    seat.dispatches += frames_->run(n, host, latent_in, x0, steps, tsum, cond, latents);
+    const GpuRun r = frames_->run(n, host, latent_in, x0, steps, tsum, cond, latents);
+    seat.dispatches += r.dispatches;
+    seat.replays += r.replays;
     seat.served += 1;
 }
 

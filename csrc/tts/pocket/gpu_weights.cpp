@@ -25,6 +25,27 @@ DeviceMatrix upload_f32(gpu::Device& dev, const std::vector<float>& v, int64_t r
                               label, bytes);
 }
 
+// [weight | bias] of a LayerNorm (zeros for a missing bias: w x + 0 rounds as w x).
+std::vector<float> norm_pair(const std::vector<float>& w, const std::vector<float>& b) {
+    std::vector<float> wb(w);
+    if (b.empty()) wb.resize(2 * w.size(), 0.0f);
+    else wb.insert(wb.end(), b.begin(), b.end());
+    return wb;
+}
+
+// The rows of q, k and v as one matrix (one product makes all three).
+DeviceMatrix upload_qkv(gpu::Device& dev, const TransformerLayer& l, uint64_t& bytes) {
+    for (const cpu::WeightMatrix* m : {&l.wk, &l.wv})
+        if (m->type != l.wq.type || m->cols != l.wq.cols)
+            throw Error(std::string("attn_qkv: q, k and v differ in format or width (") +
+                        l.wq.type->name + " x " + std::to_string(l.wq.cols) + " against " +
+                        m->type->name + " x " + std::to_string(m->cols) + ")");
+    return gpu::upload_matrix(dev, *l.wq.type, l.wq.cols,
+                              {{l.wq.data, l.wq.rows}, {l.wk.data, l.wk.rows},
+                               {l.wv.data, l.wv.rows}},
+                              "attn_qkv", bytes);
+}
+
 DeviceLinear upload_linear(gpu::Device& dev, const Linear& l, const char* label, uint64_t& bytes) {
     DeviceLinear d;
     d.w = upload_matrix(dev, l.w, label, bytes);
@@ -56,9 +77,11 @@ DeviceTransformer upload_transformer(gpu::Device& dev, const TransformerWeights&
         dl.norm2_b = upload_floats(dev, l.norm2.bias, "norm2.bias", bytes);
         dl.attn_scale = upload_floats(dev, l.attn_scale, "attn_scale", bytes);
         dl.ffn_scale = upload_floats(dev, l.ffn_scale, "ffn_scale", bytes);
-        dl.wq = upload_matrix(dev, l.wq, "attn_q", bytes);
-        dl.wk = upload_matrix(dev, l.wk, "attn_k", bytes);
-        dl.wv = upload_matrix(dev, l.wv, "attn_v", bytes);
+        dl.norm1_wb =
+            upload_floats(dev, norm_pair(l.norm1.weight, l.norm1.bias), "norm1.wb", bytes);
+        dl.norm2_wb =
+            upload_floats(dev, norm_pair(l.norm2.weight, l.norm2.bias), "norm2.wb", bytes);
+        dl.wqkv = upload_qkv(dev, l, bytes);
         dl.wo = upload_matrix(dev, l.wo, "attn_out", bytes);
         dl.up = upload_matrix(dev, l.up, "ffn_up", bytes);
         dl.down = upload_matrix(dev, l.down, "ffn_down", bytes);
@@ -128,6 +151,18 @@ std::string pocket_weights_unsupported(const PocketWeights& w) {
             }
         }
     }
+    // The flow head's fused adaLN input stage and gated residual address their operands with
+    // 16-bit element offsets (shaders/kernels/mm_input.h) into one buffer: every block's
+    // [weight | bias], every block's shift | scale | gate and the final layer's shift | scale,
+    // then every block's mlp_out bias.
+    if (!w.blocks.empty()) {
+        const int64_t W = int64_t(w.blocks[0].norm.weight.size());
+        const int64_t last = (6 * int64_t(w.blocks.size()) + 1) * W;
+        if (last > 0xffff)
+            return "flow head: " + std::to_string(w.blocks.size()) + " blocks of width " +
+                   std::to_string(W) + " put the last mlp_out bias at element " +
+                   std::to_string(last) + ", past the 16-bit offsets of the GPU input stage";
+    }
     return "";
 }
 
@@ -142,17 +177,42 @@ DeviceBackbone upload_backbone(gpu::Device& dev, const PocketConfig& c, const Po
     if (w.has_z_proj) d.z_proj = upload_matrix(dev, w.z_proj, "lm.z_proj", d.bytes);
     d.cond = upload_linear(dev, w.cond, "flow.cond", d.bytes);
     d.flow_input = upload_linear(dev, w.flow_input, "flow.input", d.bytes);
-    d.final_ada = upload_linear(dev, w.final_ada, "flow.final.ada", d.bytes);
+    d.out_norm_wb = upload_floats(dev, norm_pair(w.out_norm.weight, w.out_norm.bias),
+                                  "lm.out_norm.wb", d.bytes);
     d.final_out = upload_linear(dev, w.final_out, "flow.final.out", d.bytes);
+    std::vector<float> norms, ada_bias;
+    auto add_bias = [&](const Linear& l) {
+        if (l.bias.empty()) ada_bias.resize(ada_bias.size() + size_t(l.w.rows), 0.0f);
+        else ada_bias.insert(ada_bias.end(), l.bias.begin(), l.bias.end());
+    };
     for (const FlowBlockWeights& b : w.blocks) {
         DeviceFlowBlock db;
-        db.norm_w = upload_floats(dev, b.norm.weight, "flow.res.norm", d.bytes);
-        db.norm_b = upload_floats(dev, b.norm.bias, "flow.res.norm.bias", d.bytes);
         db.mlp_in = upload_linear(dev, b.mlp_in, "flow.res.mlp_in", d.bytes);
         db.mlp_out = upload_linear(dev, b.mlp_out, "flow.res.mlp_out", d.bytes);
-        db.ada = upload_linear(dev, b.ada, "flow.res.ada", d.bytes);
         d.blocks.push_back(std::move(db));
+        const std::vector<float> wb = norm_pair(b.norm.weight, b.norm.bias);
+        norms.insert(norms.end(), wb.begin(), wb.end());
+        add_bias(b.ada);
     }
+    add_bias(w.final_ada);
+    d.flow_norm_wb = upload_floats(dev, norms, "flow.res.norm.wb", d.bytes);
+    // The ada linears, blocks then the final layer's, gathered on the host (upload_matrix
+    // takes a fixed list of parts).
+    const cpu::WeightMatrix& fa = w.final_ada.w;
+    std::vector<uint8_t> ada_rows;
+    int64_t ada_n = 0;
+    auto add_rows = [&](const cpu::WeightMatrix& m) {
+        if (m.type != fa.type || m.cols != fa.cols)
+            throw Error("flow.res.ada: the blocks' adaLN linears differ in format or width from "
+                        "the final layer's");
+        ada_rows.insert(ada_rows.end(), m.data, m.data + size_t(m.rows * m.row_bytes));
+        ada_n += m.rows;
+    };
+    for (const FlowBlockWeights& b : w.blocks) add_rows(b.ada.w);
+    add_rows(fa);
+    d.ada_all.w = gpu::upload_matrix(dev, *fa.type, fa.cols, {{ada_rows.data(), ada_n}},
+                                     "flow.ada", d.bytes);
+    d.ada_all.bias = upload_floats(dev, ada_bias, "flow.ada.bias", d.bytes);
     return d;
 }
 

@@ -27,7 +27,10 @@ struct DeviceLinear {
 
 struct DeviceTransformerLayer {
     DeviceBuffer norm1_w, norm1_b, norm2_w, norm2_b, attn_scale, ffn_scale;  // scales: may be null
-    DeviceMatrix wq, wk, wv, wo, up, down;
+    // [weight | bias] of each norm: the aux buffer of a projection's LayerNorm input stage.
+    DeviceBuffer norm1_wb, norm2_wb;
+    // wqkv: the rows of q, k and v one after the other (one product makes all three).
+    DeviceMatrix wqkv, wo, up, down;
 };
 
 struct DeviceTransformer {
@@ -39,18 +42,23 @@ struct DeviceTransformer {
 };
 
 struct DeviceFlowBlock {
-    DeviceBuffer norm_w, norm_b;
-    DeviceLinear mlp_in, mlp_out, ada;
+    DeviceLinear mlp_in, mlp_out;
 };
 
 // The backbone and the flow head (the frames and prompt seats).
 struct DeviceBackbone {
     DeviceMatrix input;  // (D, L)
     DeviceTransformer lm;
-    DeviceBuffer out_norm_w, out_norm_b;
+    DeviceBuffer out_norm_w, out_norm_b, out_norm_wb;
     bool has_z_proj = false;
     DeviceMatrix z_proj;
-    DeviceLinear cond, flow_input, final_ada, final_out;
+    DeviceLinear cond, flow_input, final_out;
+    // Every block's adaLN linear, then the final layer's: they all read the conditioning, so
+    // one product makes them ([blocks * 3W + 2W] rows: shift, scale, gate per block; shift,
+    // scale for the final layer).
+    DeviceLinear ada_all;
+    // Every block's LayerNorm [weight | bias], 2W each.
+    DeviceBuffer flow_norm_wb;
     std::vector<DeviceFlowBlock> blocks;
     uint64_t bytes = 0;
 };
