@@ -7,7 +7,8 @@ the frames seat runs a batch of frames per command buffer (backbone step + flow 
 codec seat decodes each step's frames with Mimi's decoder, its streaming state on the device.
 The device is lavapipe by name unless
 $DASLLAMA_TEST_VULKAN picks another (tests/gpu_helpers.py); CI=true makes a missing device a
-failure.
+failure. $DASLLAMA_TEST_POCKET_MODELS names a folder of converted models (pocket-f32.gguf, ...)
+to use instead of building the random one (which needs torch and the package).
 
 Bars (f32 lane, lavapipe): the GPU sums in other orders than the CPU (matrix products split
 over subgroups and workgroups, float32 LayerNorm statistics where the CPU uses double), so
@@ -18,6 +19,8 @@ Each negative control is a plausible bug whose error exceeds its bar at least te
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -40,8 +43,25 @@ TEXT = "Hello world."
 OTHER = "This is a short test."
 
 
+class _ModelFolder:
+    """Models converted elsewhere (pocket-<lane>.gguf in a folder), for a GPU machine without
+    torch and the package: every test here compares the GPU with the CPU chain or the NumPy
+    reference on the same file, so any weights serve."""
+
+    def __init__(self, folder: str):
+        self.folder = Path(folder)
+
+    def gguf_path(self, lane: str) -> Path:
+        path = self.folder / f"pocket-{lane}.gguf"
+        if not path.is_file():
+            pytest.skip(f"$DASLLAMA_TEST_POCKET_MODELS holds no {path.name}")
+        return path
+
+
 @pytest.fixture(scope="module")
 def fx():
+    if os.environ.get("DASLLAMA_TEST_POCKET_MODELS"):
+        return _ModelFolder(os.environ["DASLLAMA_TEST_POCKET_MODELS"])
     for m in ("torch", "pocket_tts", "tokenizers"):
         _require(m)
     from dasllama.testing.pocket import shared_fixture
