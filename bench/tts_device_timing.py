@@ -1,7 +1,8 @@
 """Pocket TTS request wall and time to first audio on each device, for a model file.
 
 One sentence pinned at FRAMES frames (EOS off), one warm-up, then REPS timed requests; prints
-medians with the range, and the seats' counters on a GPU. No peer: for paired rows against the
+medians with the range (request wall, first audio, and the prompt stage as the core times it),
+and the seats' counters on a GPU. No peer: for paired rows against the
 pocket-tts package use `dasllama bench tts`.
 
     python bench/tts_device_timing.py MODEL.gguf [--device vulkan --device cpu] [--frames 50]
@@ -27,7 +28,7 @@ def main() -> None:
     for dev in args.device or ["vulkan", "cpu"]:
         with TTS(args.model, device=dev) as tts:
             tts.speak(SENTENCE, **opts)
-            walls, firsts, samples = [], [], 0
+            walls, firsts, prompts, samples = [], [], [], 0
             for _ in range(args.reps):
                 t0 = time.perf_counter()
                 first, samples = None, 0
@@ -37,9 +38,11 @@ def main() -> None:
                     samples += len(piece)
                 walls.append(time.perf_counter() - t0)
                 firsts.append(first)
+                prompts.append(tts.stats.get("stages", {}).get("prompt_ms", float("nan")))
             print(f"{dev:8s} request {1e3 * statistics.median(walls):8.1f} ms "
                   f"[{1e3 * min(walls):.1f}-{1e3 * max(walls):.1f}]  first audio "
-                  f"{1e3 * statistics.median(firsts):7.1f} ms  audio {samples / tts.sample_rate:.2f} s"
+                  f"{1e3 * statistics.median(firsts):7.1f} ms  prompt stage "
+                  f"{statistics.median(prompts):6.2f} ms  audio {samples / tts.sample_rate:.2f} s"
                   f"  seats {tts.stats.get('seats')}", flush=True)
 
 

@@ -485,3 +485,14 @@ def test_noise_generator_follows_its_specification():
         want = draws(seed, 15).reshape(3, 5)
         assert np.allclose(got, want, rtol=1e-6, atol=1e-7), seed
     assert not np.allclose(_core.pocket_noise(0, 1, 8), _core.pocket_noise(1, 1, 8))
+
+
+def test_stats_stages(tts):
+    """stats["stages"]: the core's per-stage clocks over the call, and the frames and prompt rows
+    they ran; first_audio_stages: the same up to the first piece."""
+    tts.speak("Hello there.", seed=0, max_frames=3, eos=False)
+    s = tts.stats
+    assert s["stages"]["frames"] == 3 and s["first_audio_stages"]["frames"] == 1
+    assert s["stages"]["prompt_rows"] > 0
+    assert all(s["stages"][k] >= 0 for k in ("prompt_ms", "backbone_ms", "flow_ms", "mimi_ms"))
+    assert s["stages"]["prompt_ms"] > 0 and s["stages"]["mimi_ms"] > 0

@@ -189,6 +189,19 @@ void bind_tts(py::module_& m) {
             }, py::arg("max_frames"),
             "Up to max_frames more frames: (audio float32, frames made); 0 frames: done.")
         .def_property_readonly("chunk_done", &PocketModel::chunk_done)
+        .def("stage_times", [](const PocketModel& s) {
+                const pocket::StageTimes t = s.stage_times();
+                py::dict d;
+                d["prompt_ms"] = t.prompt_ms;
+                d["backbone_ms"] = t.backbone_ms;
+                d["flow_ms"] = t.flow_ms;
+                d["frames_gpu_ms"] = t.frames_gpu_ms;
+                d["mimi_ms"] = t.mimi_ms;
+                d["prompt_rows"] = t.prompt_rows;
+                d["frames"] = t.frames;
+                return d;
+            }, "Wall milliseconds per stage since the model was opened (prompt, backbone, flow, "
+               "frames_gpu, mimi) and the rows and frames they ran.")
         .def("record", [](const PocketModel& s) {
                 const pocket::ChunkRecord& r = s.record();
                 const int64_t n = int64_t(r.eos_logits.size());

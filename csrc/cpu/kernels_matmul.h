@@ -154,6 +154,19 @@ struct Kernels {
     void (*gemm)(PackKind kind, const uint8_t* w, int64_t w_row_bytes, int64_t n_rows,
                  int64_t cols, const uint8_t* act, int64_t act_stride, int64_t n_tokens,
                  float* y, int64_t ldy);
+
+    // The float path (Precision::kF32, and types without an integer kernel).
+    // y[t * ldy + r] = sum_c w[r * ldw + c] * x[t * ldx + c] over float32 rows.
+    void (*gemm_f32)(const float* w, int64_t ldw, int64_t n_rows, int64_t cols, const float* x,
+                     int64_t ldx, int64_t n_tokens, float* y, int64_t ldy);
+    // The same over Q8_0 rows in their GGUF blocks (w_row_bytes apart): each weight d * q is
+    // formed in registers, exactly (an f16 times an int8 fits float32), and multiplied with
+    // float32 activations. For a few tokens (decode), where dequantizing rows to memory first
+    // would cost as much as the product.
+    void (*gemm_q8_0_f32)(const uint8_t* w, int64_t w_row_bytes, int64_t n_rows, int64_t cols,
+                          const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy);
+    // One Q8_0 row of cols elements to float32, as core/formats.h's dequantize (exactly).
+    void (*dequantize_q8_0)(const uint8_t* src, float* dst, int64_t cols);
 };
 
 // Generic kernels (matmul_generic.cpp), the reference the variants are tested against.
@@ -161,6 +174,25 @@ void quantize_act_generic(PackKind kind, const float* x, int64_t cols, uint8_t* 
 void gemm_generic(PackKind kind, const uint8_t* w, int64_t w_row_bytes, int64_t n_rows,
                   int64_t cols, const uint8_t* act, int64_t act_stride, int64_t n_tokens,
                   float* y, int64_t ldy);
+// The generic float path is one dot product per output through the dot family (cpu/dot.h),
+// which picks its own ISA variant: levels without tiled float kernels (neon) keep theirs.
+void gemm_f32_generic(const float* w, int64_t ldw, int64_t n_rows, int64_t cols,
+                      const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy);
+void gemm_q8_0_f32_generic(const uint8_t* w, int64_t w_row_bytes, int64_t n_rows, int64_t cols,
+                           const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy);
+void dequantize_q8_0_generic(const uint8_t* src, float* dst, int64_t cols);
+
+// Tiled float kernels (matmul_f32_avx2.cpp, matmul_f32_avx512.cpp; x86-64 builds only).
+void gemm_f32_avx2(const float* w, int64_t ldw, int64_t n_rows, int64_t cols, const float* x,
+                   int64_t ldx, int64_t n_tokens, float* y, int64_t ldy);
+void gemm_q8_0_f32_avx2(const uint8_t* w, int64_t w_row_bytes, int64_t n_rows, int64_t cols,
+                        const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy);
+void dequantize_q8_0_avx2(const uint8_t* src, float* dst, int64_t cols);
+void gemm_f32_avx512(const float* w, int64_t ldw, int64_t n_rows, int64_t cols,
+                     const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy);
+void gemm_q8_0_f32_avx512(const uint8_t* w, int64_t w_row_bytes, int64_t n_rows, int64_t cols,
+                          const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy);
+void dequantize_q8_0_avx512(const uint8_t* src, float* dst, int64_t cols);
 
 const Kernels* kernels_avx2();    // matmul_avx2.cpp   (x86-64 builds only)
 const Kernels* kernels_avx512();  // matmul_avx512.cpp (x86-64 builds only)

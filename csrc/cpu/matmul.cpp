@@ -22,7 +22,6 @@
 #include "core/thread_pool.h"
 #include "core/tuning.h"
 #include "cpu/dispatch.h"
-#include "cpu/dot.h"
 #include "cpu/kernels_matmul.h"
 
 namespace dasllama::cpu {
@@ -31,7 +30,12 @@ namespace {
 
 using mm::Kernels;
 
-const Kernels kGeneric{"generic", mm::quantize_act_generic, mm::gemm_generic};
+const Kernels kGeneric{"generic",
+                       mm::quantize_act_generic,
+                       mm::gemm_generic,
+                       mm::gemm_f32_generic,
+                       mm::gemm_q8_0_f32_generic,
+                       mm::dequantize_q8_0_generic};
 
 const Variants<Kernels>& variants() {
     static const Variants<Kernels> list{
@@ -111,23 +115,49 @@ void parallel_tiles(ThreadPool& pool, int64_t rows, int64_t n_tokens, const Body
     });
 }
 
-// Float path: dequantize each weight row once, then float dot products with every token.
-void matmul_f32(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
-                ThreadPool& pool) {
-    const bool plain = w.type->type == GgmlType::F32;
-    parallel_tiles(pool, w.rows, n_tokens, [&](int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-        thread_local std::vector<uint8_t> buf;
-        float* row = reinterpret_cast<float*>(scratch(buf, w.cols * sizeof(float)));
-        const auto dot = dot::active().f32;
-        for (int64_t r = r0; r < r1; ++r) {
+// Float path. Float32 rows go to the float kernel as they are; Q8_0 rows against a few tokens
+// (decode) are widened inside the kernel; otherwise rows are dequantized a few at a time into
+// a per-thread buffer, once for the whole token block, and the float kernel runs over them.
+constexpr int64_t kQ8DirectTokens = 4;  // at most this many tokens: Q8_0 widened in registers
+constexpr int64_t kDequantRows = 16;    // rows per dequantized pass
+
+// Rows [r0, r1) of W times tokens [t0, t1) of x (rows ldx floats apart) into y.
+void f32_rows(const Kernels& k, const WeightMatrix& w, const float* x, int64_t ldx, int64_t r0,
+              int64_t r1, int64_t t0, int64_t t1, float* y) {
+    const int64_t rows = w.rows, cols = w.cols, nt = t1 - t0;
+    const float* xt = x + t0 * ldx;
+    float* yt = y + t0 * rows;
+    const bool aligned = reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0;
+    if (w.type->type == GgmlType::F32 && aligned) {
+        k.gemm_f32(reinterpret_cast<const float*>(w.data) + r0 * cols, cols, r1 - r0, cols, xt,
+                   ldx, nt, yt + r0, rows);
+        return;
+    }
+    const bool q8 = w.type->type == GgmlType::Q8_0;
+    if (q8 && nt <= kQ8DirectTokens) {
+        k.gemm_q8_0_f32(w.data + r0 * w.row_bytes, w.row_bytes, r1 - r0, cols, xt, ldx, nt,
+                        yt + r0, rows);
+        return;
+    }
+    thread_local std::vector<uint8_t> buf;
+    float* deq = reinterpret_cast<float*>(scratch(buf, kDequantRows * cols * sizeof(float)));
+    for (int64_t p0 = r0; p0 < r1; p0 += kDequantRows) {
+        const int64_t p1 = std::min(r1, p0 + kDequantRows);
+        for (int64_t r = p0; r < p1; ++r) {
             const uint8_t* src = w.data + r * w.row_bytes;
-            const float* wr = row;
-            if (plain && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0)
-                wr = reinterpret_cast<const float*>(src);
+            if (q8)
+                k.dequantize_q8_0(src, deq + (r - p0) * cols, cols);
             else
-                w.type->dequantize(src, row, w.cols);
-            for (int64_t t = t0; t < t1; ++t) y[t * w.rows + r] = dot(wr, x + t * w.cols, w.cols);
+                w.type->dequantize(src, deq + (r - p0) * cols, cols);
         }
+        k.gemm_f32(deq, cols, p1 - p0, cols, xt, ldx, nt, yt + p0, rows);
+    }
+}
+
+void matmul_f32(const Kernels& k, const WeightMatrix& w, const float* x, int64_t ldx,
+                int64_t n_tokens, float* y, ThreadPool& pool) {
+    parallel_tiles(pool, w.rows, n_tokens, [&](int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+        f32_rows(k, w, x, ldx, r0, r1, t0, t1, y);
     });
 }
 
@@ -152,10 +182,32 @@ void matmul_quantized(const Kernels& k, const WeightMatrix& w, const float* x, i
     });
 }
 
-// Decode of several packed matrices over one input: x quantized once per packed kind, then
-// the row chunks of all matrices handed out from one counter in one pool job.
+// Decode of several matrices over one input as one pool job: the row chunks of all matrices
+// handed out from one counter. Float path: each chunk as matmul_f32 computes it.
 constexpr int kMaxSharedTargets = 8;
 
+void matmul_shared_decode_f32(const Kernels& k, const MatmulTarget* targets, int n_targets,
+                              const float* x, ThreadPool& pool) {
+    int64_t first_task[kMaxSharedTargets + 1], chunk[kMaxSharedTargets];
+    first_task[0] = 0;
+    for (int i = 0; i < n_targets; ++i) {
+        chunk[i] = row_chunk(targets[i].w->rows, pool.size());
+        first_task[i + 1] = first_task[i] + (targets[i].w->rows + chunk[i] - 1) / chunk[i];
+    }
+    const int64_t n_tasks = first_task[n_targets];
+    std::atomic<int64_t> next{0};
+    pool.run([&](int, int) {
+        int i = 0;
+        for (int64_t task; (task = next.fetch_add(1, std::memory_order_relaxed)) < n_tasks;) {
+            while (task >= first_task[i + 1]) ++i;  // tasks are taken in increasing order
+            const WeightMatrix& w = *targets[i].w;
+            const int64_t r0 = (task - first_task[i]) * chunk[i];
+            f32_rows(k, w, x, w.cols, r0, std::min(w.rows, r0 + chunk[i]), 0, 1, targets[i].y);
+        }
+    });
+}
+
+// Integer path: x quantized once per packed kind, then the chunks as above.
 void matmul_shared_decode(const Kernels& k, const MatmulTarget* targets, int n_targets,
                           const float* x, ThreadPool& pool) {
     const int64_t cols = targets[0].w->cols;
@@ -210,7 +262,7 @@ void run_matmul(const Kernels& k, const WeightMatrix& w, const float* x, int64_t
         return;
     }
     if (precision == Precision::kF32 || w.packed_kind < 0)
-        matmul_f32(w, x, n_tokens, y, pool);
+        matmul_f32(k, w, x, w.cols, n_tokens, y, pool);
     else
         matmul_quantized(k, w, x, n_tokens, y, pool);
 }
@@ -261,6 +313,18 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
     run_matmul(active(), w, x, n_tokens, y, pool, precision);
 }
 
+void matmul_f32_strided(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
+                        float* y, ThreadPool& pool) {
+    check_matmul(w, n_tokens);
+    if (ldx < 0) throw ShapeError("matmul_f32_strided: negative ldx " + std::to_string(ldx));
+    if (n_tokens == 0 || w.rows == 0) return;
+    if (w.cols == 0) {
+        std::fill(y, y + n_tokens * w.rows, 0.0f);
+        return;
+    }
+    matmul_f32(active(), w, x, ldx, n_tokens, y, pool);
+}
+
 void matmul_with(std::string_view variant, const WeightMatrix& w, const float* x,
                  int64_t n_tokens, float* y, ThreadPool& pool, Precision precision) {
     run_matmul(variants().get(variant), w, x, n_tokens, y, pool, precision);
@@ -268,19 +332,26 @@ void matmul_with(std::string_view variant, const WeightMatrix& w, const float* x
 
 void matmul_shared_input(const MatmulTarget* targets, int n_targets, const float* x,
                          int64_t n_tokens, ThreadPool& pool, Precision precision) {
-    bool shared = n_tokens == 1 && precision == Precision::kFast && n_targets >= 1 &&
-                  n_targets <= kMaxSharedTargets;
+    bool shared = n_tokens == 1 && n_targets >= 1 && n_targets <= kMaxSharedTargets;
+    bool integer = precision == Precision::kFast;
     for (int i = 0; shared && i < n_targets; ++i) {
         const WeightMatrix& w = *targets[i].w;
         check_matmul(w, n_tokens);
-        shared = w.packed_kind >= 0 && w.rows > 0 && w.cols > 0 && w.cols == targets[0].w->cols;
+        shared = w.rows > 0 && w.cols > 0 && w.cols == targets[0].w->cols;
+        integer = integer && w.packed_kind >= 0;
     }
+    // Integer and float matrices mixed: separate calls (each takes its own path).
+    if (shared && precision == Precision::kFast && !integer)
+        for (int i = 0; shared && i < n_targets; ++i) shared = targets[i].w->packed_kind < 0;
     if (!shared) {
         for (int i = 0; i < n_targets; ++i)
             matmul(*targets[i].w, x, n_tokens, targets[i].y, pool, precision);
         return;
     }
-    matmul_shared_decode(active(), targets, n_targets, x, pool);
+    if (integer)
+        matmul_shared_decode(active(), targets, n_targets, x, pool);
+    else
+        matmul_shared_decode_f32(active(), targets, n_targets, x, pool);
 }
 
 std::vector<std::string> matmul_variants() { return variants().names(); }

@@ -12,8 +12,10 @@
 // on random normal data, tests/cpp/test_matmul.cpp) and the float summation order differ
 // from the exact product. Types without an integer kernel
 // (F32, F16, BF16, Q2_K, Q3_K, IQ4_NL, IQ4_XS) always take the float path.
-// Precision::kF32 dequantizes weight rows to float32 (exactly, as core/formats.h does) and
-// takes float32 dot products with the unrounded activations: for parity tests.
+// Precision::kF32 multiplies the weights, exactly as core/formats.h dequantizes them, with the
+// unrounded float32 activations: for parity tests and models run in float32 (Pocket TTS).
+// Rows are dequantized a few at a time into a per-thread buffer (Q8_0 against a few tokens:
+// widened in registers instead) and multiplied in register tiles of rows x tokens.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +66,12 @@ WeightMatrix prepare_weight(const TypeTraits& type, int64_t rows, int64_t cols,
 // Y = X W^T as above, split over the pool's threads. n_tokens >= 0 (0 does nothing).
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
             Precision precision = Precision::kFast);
+
+// matmul on the float path (Precision::kF32) with activation rows `ldx` floats apart. ldx may
+// be less than cols: rows may overlap, as the sliding windows of a convolution over time-major
+// rows do (window t = rows t..t+k-1 of the signal = ldx * t floats on).
+void matmul_f32_strided(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
+                        float* y, ThreadPool& pool);
 
 // Several products of the same activations, Y_i = X W_i^T (all W_i with x's cols), as one
 // job on the pool: a decode step's q/k/v or gate/up projections are each too small to be

@@ -4,8 +4,10 @@
 // variants differ from them only where a vector unit fuses a multiply-add.
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/formats.h"
+#include "cpu/dot.h"
 #include "cpu/kernels_matmul.h"
 
 namespace dasllama::cpu::mm {
@@ -110,6 +112,35 @@ void gemm_generic(PackKind kind, const uint8_t* w, int64_t w_row_bytes, int64_t 
     for (int64_t r = 0; r < n_rows; ++r)
         for (int64_t t = 0; t < n_tokens; ++t)
             y[t * ldy + r] = dot_row(f, w + r * w_row_bytes, nb, act + t * act_stride);
+}
+
+// --- the float path -----------------------------------------------------------------------------
+// One dot product per output through the dot family (cpu/dot.h), which has its own ISA
+// variants: a level without tiled float kernels (neon) keeps its vector dot products.
+
+void gemm_f32_generic(const float* w, int64_t ldw, int64_t n_rows, int64_t cols,
+                      const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy) {
+    const auto dot = dot::active().f32;
+    for (int64_t r = 0; r < n_rows; ++r)
+        for (int64_t t = 0; t < n_tokens; ++t) y[t * ldy + r] = dot(w + r * ldw, x + t * ldx, cols);
+}
+
+void dequantize_q8_0_generic(const uint8_t* src, float* dst, int64_t cols) {
+    for (int64_t b = 0; b < cols / 32; ++b, src += 34, dst += 32) {
+        const float d = f16_to_f32(static_cast<uint16_t>(src[0] | (src[1] << 8)));
+        for (int j = 0; j < 32; ++j)
+            dst[j] = static_cast<float>(static_cast<int8_t>(src[2 + j])) * d;
+    }
+}
+
+void gemm_q8_0_f32_generic(const uint8_t* w, int64_t w_row_bytes, int64_t n_rows, int64_t cols,
+                           const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy) {
+    thread_local std::vector<float> row;  // grow-only: no allocation once warm
+    if (row.size() < static_cast<size_t>(cols)) row.resize(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < n_rows; ++r) {
+        dequantize_q8_0_generic(w + r * w_row_bytes, row.data(), cols);
+        gemm_f32_generic(row.data(), cols, 1, cols, x, ldx, n_tokens, y + r, ldy);
+    }
 }
 
 }  // namespace dasllama::cpu::mm

@@ -87,7 +87,20 @@ void axpy_generic(float* y, float a, const float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-const Kernels generic{"generic", f16_to_f32_generic, f32_to_f16_generic, axpy_generic};
+void elu_generic(const float* x, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] : std::expm1(x[i]);
+}
+
+void gelu_tanh_generic(float* x, int64_t n) {
+    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = x[i];
+        x[i] = 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
+    }
+}
+
+const Kernels generic{"generic", f16_to_f32_generic, f32_to_f16_generic, axpy_generic,
+                      elu_generic, gelu_tanh_generic};
 
 const Variants<Kernels>& variants() {
     static const Variants<Kernels> list{
@@ -112,6 +125,8 @@ const Kernels& active() {
 void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n) { ops::active().f16_to_f32(src, dst, n); }
 void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) { ops::active().f32_to_f16(src, dst, n); }
 void axpy(float* y, float a, const float* x, int64_t n) { ops::active().axpy(y, a, x, n); }
+void elu(const float* x, float* out, int64_t n) { ops::active().elu(x, out, n); }
+void gelu_tanh(float* x, int64_t n) { ops::active().gelu_tanh(x, n); }
 
 // --- rope --------------------------------------------------------------------------------
 

@@ -45,14 +45,22 @@ void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n);
 void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n);
 // y[i] += a * x[i]
 void axpy(float* y, float a, const float* x, int64_t n);
+// ELU with alpha 1: out[i] = x[i] > 0 ? x[i] : expm1(x[i]). out may equal x.
+void elu(const float* x, float* out, int64_t n);
+// GELU, tanh form, in place: x = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gelu_tanh(float* x, int64_t n);
 
 namespace ops {
-// One variant of the dispatched kernels above (cpu/dispatch.h).
+// One variant of the dispatched kernels above (cpu/dispatch.h). The generic activations call
+// the C library (expm1, tanh); the vector ones use a polynomial exp (within a few float
+// roundings of them: tests/cpp/test_ops.cpp holds the bar).
 struct Kernels {
     const char* isa;
     void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
     void (*f32_to_f16)(const float* src, uint16_t* dst, int64_t n);
     void (*axpy)(float* y, float a, const float* x, int64_t n);
+    void (*elu)(const float* x, float* out, int64_t n);
+    void (*gelu_tanh)(float* x, int64_t n);
 };
 std::vector<std::string> available_variants();  // best first, ends with "generic"
 const Kernels& variant(std::string_view isa);   // throws Error when not available

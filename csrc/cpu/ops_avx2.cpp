@@ -1,6 +1,9 @@
 // The dispatched ops kernels for AVX2 + FMA + F16C (built with DASLLAMA_ISA_FLAGS_avx2): half
-// conversions of KV cache rows and the attention's weighted sum of values.
+// conversions of KV cache rows, the attention's weighted sum of values, and the ELU and GELU
+// activations of the speech decoders.
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "core/formats.h"
 #include "cpu/ops.h"
@@ -35,7 +38,81 @@ void axpy_avx2(float* y, float a, const float* x, int64_t n) {
     for (; i < n; ++i) y[i] += a * x[i];
 }
 
-const Kernels avx2{"avx2", f16_to_f32_avx2, f32_to_f16_avx2, axpy_avx2};
+// exp(x) for x in [-87.3, 88.3] (clamped there): x = n ln2 + r with |r| <= ln2 / 2, a degree-6
+// polynomial for exp(r) (Cephes expf: about 1 ulp), times 2^n built in the exponent bits.
+inline __m256 exp_avx2(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    // ln2 split in two (0.693359375 is exact in a few bits): r = x - n ln2 without rounding loss
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// expm1(x) for x <= 0: its Taylor series to x^8 where |x| < 1/2 (the remainder is below
+// 2^-27 of the result), exp(x) - 1 further out (the result is at least 0.39 in magnitude
+// there, so the subtraction loses nothing that matters).
+inline __m256 expm1_neg_avx2(__m256 x) {
+    __m256 p = _mm256_set1_ps(1.0f / 40320.0f);
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.0f / 5040.0f));
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(x, x), x);
+    const __m256 far = _mm256_sub_ps(exp_avx2(x), _mm256_set1_ps(1.0f));
+    const __m256 near = _mm256_cmp_ps(x, _mm256_set1_ps(-0.5f), _CMP_GT_OQ);
+    return _mm256_blendv_ps(far, p, near);
+}
+
+inline __m256 elu8(__m256 v) {
+    const __m256 pos = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ);
+    return _mm256_blendv_ps(expm1_neg_avx2(_mm256_min_ps(v, _mm256_setzero_ps())), v, pos);
+}
+
+void elu_avx2(const float* x, float* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, elu8(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        alignas(32) float v[8] = {};
+        std::memcpy(v, x + i, size_t(n - i) * sizeof(float));
+        _mm256_store_ps(v, elu8(_mm256_load_ps(v)));
+        std::memcpy(out + i, v, size_t(n - i) * sizeof(float));
+    }
+}
+
+// x/2 (1 + tanh(u)) = x / (1 + exp(-2u)): one exp, no tanh. Far out the exp saturates (at its
+// clamp) and the quotient goes to 0 or x, as the tanh form does.
+inline __m256 gelu8(__m256 v) {
+    const __m256 v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
+    const __m256 u = _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), v3, v);
+    const __m256 e = exp_avx2(_mm256_mul_ps(_mm256_set1_ps(-2.0f * 0.7978845608028654f), u));
+    return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+void gelu_tanh_avx2(float* x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, gelu8(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        alignas(32) float v[8] = {};
+        std::memcpy(v, x + i, size_t(n - i) * sizeof(float));
+        _mm256_store_ps(v, gelu8(_mm256_load_ps(v)));
+        std::memcpy(x + i, v, size_t(n - i) * sizeof(float));
+    }
+}
+
+const Kernels avx2{"avx2", f16_to_f32_avx2, f32_to_f16_avx2, axpy_avx2, elu_avx2, gelu_tanh_avx2};
 
 }  // namespace
 

@@ -8,7 +8,7 @@
         tts.save_wav("hello.wav", audio)
         for piece in tts.stream("A longer text, spoken as it is generated."):
             play(piece)                                                  # float32 chunks
-        print(tts.stats)    # audio_seconds, wall_seconds, first_audio_ms, ...
+        print(tts.stats)    # audio_seconds, wall_seconds, first_audio_ms, stages, ...
 
 The model is a GGUF written by :mod:`dasllama.convert.pocket`. The C++ core runs the three
 stages (the prompt through the FlowLM backbone, the frame loop of backbone step, EOS head and
@@ -253,7 +253,12 @@ class TTS:
         model's length cap). eos False: the EOS head never ends a chunk (the threshold
         becomes +inf), so a chunk runs to max_frames or to its length cap; with both, a
         one-chunk text gives exactly max_frames frames as long as its cap allows them
-        (``model.frames_cap(n_tokens)``), which is how benchmarks pin the work."""
+        (``model.frames_cap(n_tokens)``), which is how benchmarks pin the work.
+
+        ``stats`` describes the call as it goes: audio_seconds, wall_seconds, first_audio_ms,
+        frames, and ``stages``: the milliseconds the core spent per stage (prompt_ms,
+        backbone_ms, flow_ms, mimi_ms; frames_gpu_ms on a GPU) with prompt_rows and frames;
+        ``first_audio_stages`` is the same up to the first piece."""
         temperature = float(temperature)
         if not temperature >= 0:
             raise TTSInputError(f"temperature must be >= 0, got {temperature}")
@@ -272,6 +277,7 @@ class TTS:
             threshold = float("inf")   # no logit exceeds it: only the frame limits end a chunk
         left = None if max_frames is None else int(max_frames)
         start = time.perf_counter()
+        stages0 = self.model.stage_times()
         stats = dict(audio_seconds=0.0, wall_seconds=0.0, first_audio_ms=None, frames=0,
                      chunks=len(plan), seed=seed, chunk_frames=[])
         self.stats = stats
@@ -295,12 +301,14 @@ class TTS:
                 samples += len(audio)
                 if stats["first_audio_ms"] is None:
                     stats["first_audio_ms"] = 1000.0 * (time.perf_counter() - start)
+                    stats["first_audio_stages"] = _stage_share(self.model, stages0)
                 stats.update(audio_seconds=samples / self.sample_rate,
                              wall_seconds=time.perf_counter() - start,
                              frames=stats["frames"] + n)
                 yield audio
             stats["chunk_frames"].append(frames)
         stats["wall_seconds"] = time.perf_counter() - start
+        stats["stages"] = _stage_share(self.model, stages0)
         if self.device != "cpu":
             # {"prompt"|"frames"|"codec": {"served", "declined": {reason: n}, "dispatches",
             # "uploads", "replays"}}, counted since the model was opened
@@ -324,6 +332,14 @@ class TTS:
             f.setframerate(int(sample_rate or self.sample_rate))
             f.writeframes(pcm.tobytes())
         return Path(path)
+
+
+def _stage_share(model, before: dict) -> dict:
+    """The stage times (ms) and counts the core added since ``before`` (a stage_times()
+    reading): prompt_ms, backbone_ms, flow_ms, frames_gpu_ms (backbone and flow head together
+    on a GPU), mimi_ms, prompt_rows, frames."""
+    now = model.stage_times()
+    return {k: now[k] - before[k] for k in now}
 
 
 # =============================================================================================

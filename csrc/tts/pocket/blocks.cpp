@@ -40,21 +40,13 @@ void flow_rms_norm(float* x, const float* alpha, int64_t n, double eps) {
     for (int64_t i = 0; i < n; ++i) x[i] = x[i] * alpha[i] * inv;
 }
 
-void gelu_tanh_inplace(float* x, int64_t n) {
-    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-    for (int64_t i = 0; i < n; ++i) {
-        const float v = x[i];
-        x[i] = 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
-    }
-}
+void gelu_tanh_inplace(float* x, int64_t n) { cpu::gelu_tanh(x, n); }
 
 void silu_inplace(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
-void elu(const float* x, float* out, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] : std::expm1(x[i]);
-}
+void elu(const float* x, float* out, int64_t n) { cpu::elu(x, out, n); }
 
 void linear(const Linear& l, const float* x, int64_t n, float* y, ThreadPool& pool,
             cpu::Precision precision) {

@@ -23,6 +23,7 @@ void layer_norm(const float* x, const float* w, const float* b, int64_t n_rows, 
                 double eps, float* out);
 // The flow head's time-embedding "RMSNorm": x * alpha / sqrt(eps + unbiased var(x)).
 void flow_rms_norm(float* x, const float* alpha, int64_t n, double eps);
+// GELU (tanh form) and ELU (alpha 1) are the dispatched cpu/ops.h kernels.
 void gelu_tanh_inplace(float* x, int64_t n);
 void silu_inplace(float* x, int64_t n);
 // ELU (alpha 1) of x into out (may equal x).

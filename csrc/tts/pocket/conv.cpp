@@ -41,50 +41,53 @@ StreamConv1d::StreamConv1d(const ConvWeights& w, int64_t stride, int64_t dilatio
 }
 
 void StreamConv1d::reset() {
-    const int64_t pad = std::max<int64_t>(0, (k_ - 1) * dilation_ + 1 - stride_);
-    history_.assign(size_t(pad * cin_), 0.0f);
+    hist_ = std::max<int64_t>(0, (k_ - 1) * dilation_ + 1 - stride_);
+    buf_.assign(size_t(hist_ * cin_), 0.0f);
     fresh_ = true;
 }
 
 int64_t StreamConv1d::process(const float* in, int64_t T, std::vector<float>& out,
                               ThreadPool& pool) {
-    if (T > 0 && fresh_ && replicate_) {
-        const int64_t pad = int64_t(history_.size()) / cin_;
-        for (int64_t r = 0; r < pad; ++r) std::copy(in, in + cin_, history_.data() + r * cin_);
-    }
+    if (T > 0 && fresh_ && replicate_)
+        for (int64_t r = 0; r < hist_; ++r) std::copy(in, in + cin_, buf_.data() + r * cin_);
     if (T > 0) fresh_ = false;
-    const int64_t hist = int64_t(history_.size()) / cin_;
-    const int64_t len = hist + T;
+    const int64_t len = hist_ + T;
     const int64_t span = (k_ - 1) * dilation_ + 1;
     const int64_t n_out = len >= span ? (len - span) / stride_ + 1 : 0;
     out.resize(size_t(n_out * cout_));
-    const float* src;
-    if (hist == 0) {
-        src = in;
-    } else {
-        buf_.resize(size_t(len * cin_));
-        std::copy(history_.begin(), history_.end(), buf_.begin());
-        std::copy(in, in + T * cin_, buf_.begin() + hist * cin_);
+    // The signal so far: the kept rows, then this call's (no copy when nothing is kept). buf_
+    // only grows: its size is room, hist_ says how much of it is kept signal.
+    const float* src = in;
+    if (hist_ > 0) {
+        if (buf_.size() < size_t(len * cin_)) buf_.resize(size_t(len * cin_));
+        std::copy(in, in + T * cin_, buf_.data() + hist_ * cin_);
         src = buf_.data();
     }
     if (n_out > 0) {
-        const float* x = src;
-        if (!(k_ == 1 && stride_ == 1)) {
+        if (k_ == 1 || dilation_ == 1) {
+            // Window t is rows [t * stride, t * stride + k) of the signal: k * cin contiguous
+            // floats, so the product reads the windows in place.
+            cpu::matmul_f32_strided(w_, src, stride_ * cin_, n_out, out.data(), pool);
+        } else {
             cols_.resize(size_t(n_out * k_ * cin_));
             for (int64_t t = 0; t < n_out; ++t)
                 for (int64_t k = 0; k < k_; ++k)
                     std::memcpy(cols_.data() + (t * k_ + k) * cin_,
                                 src + (t * stride_ + k * dilation_) * cin_,
                                 size_t(cin_) * sizeof(float));
-            x = cols_.data();
+            cpu::matmul(w_, cols_.data(), n_out, out.data(), pool, cpu::Precision::kF32);
         }
-        cpu::matmul(w_, x, n_out, out.data(), pool, cpu::Precision::kF32);
         if (!bias_.empty()) cpu::add_rows(out.data(), nullptr, bias_.data(), n_out, cout_);
     }
     // Keep what the next outputs still need: rows from n_out * stride on.
-    const int64_t keep_from = n_out * stride_;
-    std::vector<float> next(src + keep_from * cin_, src + len * cin_);
-    history_.swap(next);
+    const int64_t keep_from = std::min(len, n_out * stride_);
+    if (len > keep_from) {
+        const size_t kept = size_t((len - keep_from) * cin_);
+        if (buf_.size() < kept) buf_.resize(kept);
+        // Forward copy within buf_ (the destination starts before the source) or from `in`.
+        std::copy(src + keep_from * cin_, src + len * cin_, buf_.data());
+    }
+    hist_ = len - keep_from;
     return n_out;
 }
 
@@ -114,17 +117,30 @@ void StreamConvTr1d::reset() { tail_.assign(size_t((k_ - stride_) * cout_), 0.0f
 
 void StreamConvTr1d::process(const float* in, int64_t T, std::vector<float>& out,
                              ThreadPool& pool) {
-    const int64_t C = cout_, n_full = (T - 1) * stride_ + k_;
+    const int64_t C = cout_, n_out = T * stride_, n_tail = k_ - stride_;
     if (T <= 0) {
         out.clear();
         return;
     }
-    y_.assign(size_t(n_full * C), 0.0f);
-    std::copy(tail_.begin(), tail_.end(), y_.begin());
+    // Output row p collects tap k of input t where p = t * stride + k; rows past this call's
+    // output wait in the tail for the next call. The bias is in the output rows only.
+    out.resize(size_t(n_out * C));
+    for (int64_t p = 0; p < n_out; ++p) {
+        float* o = out.data() + p * C;
+        if (bias_.empty())
+            std::fill(o, o + C, 0.0f);
+        else
+            std::copy(bias_.begin(), bias_.end(), o);
+    }
+    next_tail_.assign(size_t(n_tail * C), 0.0f);
+    auto row = [&](int64_t p) {
+        return p < n_out ? out.data() + p * C : next_tail_.data() + (p - n_out) * C;
+    };
+    for (int64_t p = 0; p < n_tail; ++p) cpu::add(row(p), tail_.data() + p * C, C);
     if (depthwise_) {
         for (int64_t t = 0; t < T; ++t)
             for (int64_t k = 0; k < k_; ++k) {
-                float* y = y_.data() + (t * stride_ + k) * C;
+                float* y = row(t * stride_ + k);
                 const float* x = in + t * C;
                 for (int64_t c = 0; c < C; ++c) y[c] += weight_[size_t(c * k_ + k)] * x[c];
             }
@@ -133,12 +149,9 @@ void StreamConvTr1d::process(const float* in, int64_t T, std::vector<float>& out
         cpu::matmul(w_, in, T, z_.data(), pool, cpu::Precision::kF32);
         for (int64_t t = 0; t < T; ++t)
             for (int64_t k = 0; k < k_; ++k)
-                cpu::add(y_.data() + (t * stride_ + k) * C, z_.data() + (t * k_ + k) * C, C);
+                cpu::add(row(t * stride_ + k), z_.data() + (t * k_ + k) * C, C);
     }
-    const int64_t n_out = T * stride_;
-    tail_.assign(y_.begin() + n_out * C, y_.begin() + n_full * C);
-    out.assign(y_.begin(), y_.begin() + n_out * C);
-    if (!bias_.empty()) cpu::add_rows(out.data(), nullptr, bias_.data(), n_out, C);
+    tail_.swap(next_tail_);
 }
 
 }  // namespace dasllama::pocket

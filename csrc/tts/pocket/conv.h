@@ -4,7 +4,9 @@
 //
 // StreamConv1d: causal Conv1d. Its history starts as (K - 1) * dilation + 1 - stride rows of
 // zeros (pad_mode constant) or copies of the first input row (replicate); each output row is
-// one im2col row [K * Cin] times the weight repacked to [Cout, K * Cin] (a float32 matmul).
+// one window [K * Cin] times the weight repacked to [Cout, K * Cin] (a float32 matmul). With
+// dilation 1 a window is K consecutive rows of the signal, read in place; dilated windows are
+// gathered first (im2col).
 // StreamConvTr1d: ConvTranspose1d with stride s, kernel K >= s: T rows in give T * s rows out;
 // the last K - s rows of the overlap-add wait for the next call (the bias is added once).
 #pragma once
@@ -40,7 +42,8 @@ private:
     bool fresh_ = true;
     std::vector<float> packed_, bias_;
     cpu::WeightMatrix w_;
-    std::vector<float> history_, buf_, cols_;
+    int64_t hist_ = 0;          // rows kept from earlier calls, at the front of buf_
+    std::vector<float> buf_, cols_;
 };
 
 class StreamConvTr1d {
@@ -60,7 +63,7 @@ private:
     bool depthwise_;
     std::vector<float> weight_, packed_, bias_;
     cpu::WeightMatrix w_;
-    std::vector<float> tail_, z_, y_;
+    std::vector<float> tail_, next_tail_, z_;
 };
 
 }  // namespace dasllama::pocket

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "core/thread_pool.h"
+#include "cpu/matmul.h"
+#include "cpu/ops.h"
 #include "tts/pocket/blocks.h"
 
 namespace dasllama::pocket {
@@ -14,7 +16,10 @@ FlowHead::FlowHead(const PocketConfig& c, const PocketWeights& w) : c_(c), w_(w)
     sy_.resize(W);
     h_.resize(W);
     x_.resize(W);
-    ada_.resize(3 * W);
+    ada_.resize(size_t(c.flow_depth * 3 + 2) * W);  // every block's shift, scale, gate; final
+    for (size_t k = 0; k < w.blocks.size(); ++k)
+        ada_targets_.push_back({&w.blocks[k].ada.w, ada_.data() + k * 3 * W});
+    ada_targets_.push_back({&w.final_ada.w, ada_.data() + w.blocks.size() * 3 * W});
     m_.resize(W);
     v_.resize(size_t(c.latent_dim));
     freq_.resize(size_t(c.flow_freq_dim));
@@ -55,13 +60,21 @@ const std::vector<float>& FlowHead::time_sums(int64_t steps, ThreadPool& pool) {
 
 void FlowHead::velocity(const float* cond_y, const float* tsum, const float* x, float* v,
                         ThreadPool& pool) {
-    const int64_t W = c_.flow_dim;
+    const int64_t W = c_.flow_dim, depth = int64_t(w_.blocks.size());
     for (int64_t d = 0; d < W; ++d) sy_[size_t(d)] = cond_y[d] + (tsum ? tsum[d] : 0.0f);
     silu_inplace(sy_.data(), W);
     linear(w_.flow_input, x, 1, x_.data(), pool);
-    for (const FlowBlockWeights& b : w_.blocks) {
-        linear(b.ada, sy_.data(), 1, ada_.data(), pool);
-        const float* shift = ada_.data();
+    // Every block's modulation and the final one read only y: one pool job for them all (the
+    // flow head's largest matrices, streamed at once).
+    cpu::matmul_shared_input(ada_targets_.data(), int(ada_targets_.size()), sy_.data(), 1, pool,
+                             cpu::Precision::kF32);
+    for (size_t i = 0; i < ada_targets_.size(); ++i) {
+        const Linear& l = i < size_t(depth) ? w_.blocks[i].ada : w_.final_ada;
+        if (!l.bias.empty()) cpu::add(ada_targets_[i].y, l.bias.data(), l.w.rows);
+    }
+    for (int64_t k = 0; k < depth; ++k) {
+        const FlowBlockWeights& b = w_.blocks[size_t(k)];
+        const float* shift = ada_.data() + k * 3 * W;
         const float* scale = shift + W;
         const float* gate = scale + W;
         layer_norm(x_.data(), b.norm.weight.data(), b.norm.bias.data(), 1, W, c_.flow_norm_eps,
@@ -72,8 +85,7 @@ void FlowHead::velocity(const float* cond_y, const float* tsum, const float* x, 
         linear(b.mlp_out, m_.data(), 1, h_.data(), pool);
         for (int64_t d = 0; d < W; ++d) x_[size_t(d)] += gate[d] * h_[size_t(d)];
     }
-    linear(w_.final_ada, sy_.data(), 1, ada_.data(), pool);
-    const float* shift = ada_.data();
+    const float* shift = ada_.data() + depth * 3 * W;
     const float* scale = shift + W;
     layer_norm(x_.data(), nullptr, nullptr, 1, W, c_.flow_norm_eps, h_.data());
     for (int64_t d = 0; d < W; ++d) h_[size_t(d)] = h_[size_t(d)] * (1.0f + scale[d]) + shift[d];

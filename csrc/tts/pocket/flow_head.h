@@ -16,6 +16,7 @@
 #include <map>
 #include <vector>
 
+#include "cpu/matmul.h"
 #include "tts/pocket/config.h"
 #include "tts/pocket/weights.h"
 
@@ -28,6 +29,9 @@ namespace dasllama::pocket {
 class FlowHead {
 public:
     FlowHead(const PocketConfig& c, const PocketWeights& w);
+    // ada_targets_ point into ada_: not copied or moved.
+    FlowHead(const FlowHead&) = delete;
+    FlowHead& operator=(const FlowHead&) = delete;
 
     // eps [L] standard-normal draws (nullptr, or temperature 0: no noise). steps <= 0: the
     // file's lsd_decode_steps.
@@ -48,6 +52,7 @@ private:
     const PocketWeights& w_;
     std::map<int64_t, std::vector<float>> time_sums_;  // steps -> [steps, W]
     std::vector<float> y_, sy_, h_, x_, ada_, m_, v_, freq_;
+    std::vector<cpu::MatmulTarget> ada_targets_;  // every block's ada, then final_ada, into ada_
 };
 
 }  // namespace dasllama::pocket

@@ -43,7 +43,7 @@ MimiDecoder::MimiDecoder(const PocketConfig& c, const PocketWeights& w, int n_th
     const SeanetConfig& p = c.dec;
     in_ = std::make_unique<StreamConv1d>(w.dec.in, 1, 1, p.replicate_pad);
     for (size_t s = 0; s < p.ratios.size(); ++s) {
-        Stage st{StreamConvTr1d(w.dec.resample[s], p.ratios[s]), {}, {}};
+        Stage st{StreamConvTr1d(w.dec.resample[s], p.ratios[s]), {}, {}, {}, {}, {}, {}, {}};
         int64_t dilation = 1;
         for (size_t r = 0; r < w.dec.conv1[s].size(); ++r) {
             st.conv1.emplace_back(w.dec.conv1[s][r], 1, dilation, p.replicate_pad);
@@ -72,55 +72,60 @@ void MimiDecoder::decode(const float* latents, int64_t n, std::vector<float>& au
     if (n <= 0) return;
     const TransformerConfig& t = c_.dec_tf;
     const int64_t Co = c_.outer_dim;
+    // Every buffer below has one role, so its size only changes with n: a buffer shared by
+    // roles of different sizes would be grown, and zero-filled, every call.
 
-    // quantizer projection and upsampling: a_ [n u, Co]
-    b_.resize(size_t(n * Co));
-    cpu::matmul(w_.quant_proj, latents, n, b_.data(), pool, cpu::Precision::kF32);
+    // quantizer projection and upsampling: x_ [n u, Co]
+    q_.resize(size_t(n * Co));
+    cpu::matmul(w_.quant_proj, latents, n, q_.data(), pool, cpu::Precision::kF32);
     int64_t T = n;
     if (upsample_) {
-        upsample_->process(b_.data(), n, a_, pool);
+        upsample_->process(q_.data(), n, x_, pool);
         T = n * c_.upsample_stride;
     } else {
-        a_.swap(b_);
+        x_.assign(q_.begin(), q_.end());
     }
 
     // the decoder transformer
     if (w_.dec_tf.has_in_proj) {
-        b_.resize(size_t(T * t.d_model));
-        cpu::matmul(w_.dec_tf.in_proj, a_.data(), T, b_.data(), pool, cpu::Precision::kF32);
-        a_.swap(b_);
+        proj_.resize(size_t(T * t.d_model));
+        cpu::matmul(w_.dec_tf.in_proj, x_.data(), T, proj_.data(), pool, cpu::Precision::kF32);
+        x_.swap(proj_);
     }
     grow_kv_cache(cache_, cache_->n_past() + T);
-    tf_.run(a_.data(), T, *cache_, pool, cpu::Precision::kF32);
+    tf_.run(x_.data(), T, *cache_, pool, cpu::Precision::kF32);
     if (w_.dec_tf.has_out_proj) {
-        b_.resize(size_t(T * t.output_dim));
-        cpu::matmul(w_.dec_tf.out_proj, a_.data(), T, b_.data(), pool, cpu::Precision::kF32);
-        a_.swap(b_);
+        proj_.resize(size_t(T * t.output_dim));
+        cpu::matmul(w_.dec_tf.out_proj, x_.data(), T, proj_.data(), pool, cpu::Precision::kF32);
+        x_.swap(proj_);
     }
 
     // SEANet
-    T = in_->process(a_.data(), T, b_, pool);
+    T = in_->process(x_.data(), T, seanet_in_, pool);
+    const std::vector<float>* cur = &seanet_in_;
     for (size_t si = 0; si < stages_.size(); ++si) {
         Stage& s = stages_[si];
-        e_.resize(b_.size());
-        elu(b_.data(), e_.data(), int64_t(b_.size()));
-        s.up.process(e_.data(), T, a_, pool);
+        s.act.resize(cur->size());
+        elu(cur->data(), s.act.data(), int64_t(cur->size()));
+        s.up.process(s.act.data(), T, s.x, pool);
         T *= c_.dec.ratios[si];
         for (size_t r = 0; r < s.conv1.size(); ++r) {
-            e_.resize(a_.size());
-            elu(a_.data(), e_.data(), int64_t(a_.size()));
-            s.conv1[r].process(e_.data(), T, h_, pool);
-            elu(h_.data(), h_.data(), int64_t(h_.size()));
-            s.conv2[r].process(h_.data(), T, b_, pool);
-            cpu::add(a_.data(), b_.data(), int64_t(a_.size()));
+            s.act_x.resize(s.x.size());
+            elu(s.x.data(), s.act_x.data(), int64_t(s.x.size()));
+            s.conv1[r].process(s.act_x.data(), T, s.h, pool);
+            elu(s.h.data(), s.h.data(), int64_t(s.h.size()));
+            s.conv2[r].process(s.h.data(), T, s.res, pool);
+            cpu::add(s.x.data(), s.res.data(), int64_t(s.x.size()));
         }
-        b_.swap(a_);
+        cur = &s.x;
     }
-    e_.resize(b_.size());
-    elu(b_.data(), e_.data(), int64_t(b_.size()));
-    T = out_->process(e_.data(), T, a_, pool);
+    out_act_.resize(cur->size());
+    elu(cur->data(), out_act_.data(), int64_t(cur->size()));
+    T = out_->process(out_act_.data(), T, out_rows_, pool);
     const int64_t ch = out_->cout();
-    for (int64_t i = 0; i < T; ++i) audio.push_back(a_[size_t(i * ch)]);
+    const size_t at = audio.size();
+    audio.resize(at + size_t(T));
+    for (int64_t i = 0; i < T; ++i) audio[at + size_t(i)] = out_rows_[size_t(i * ch)];
 }
 
 }  // namespace dasllama::pocket

@@ -37,6 +37,9 @@ private:
     struct Stage {
         StreamConvTr1d up;
         std::vector<StreamConv1d> conv1, conv2;
+        // act: ELU of the stage's input; x: the upsampled stream (residuals added in place);
+        // act_x: ELU of x; h: conv1's output; res: conv2's output.
+        std::vector<float> act, x, act_x, h, res;
     };
 
     const PocketConfig& c_;
@@ -46,7 +49,7 @@ private:
     std::unique_ptr<KVCache> cache_;
     std::unique_ptr<StreamConv1d> in_, out_;
     std::vector<Stage> stages_;
-    std::vector<float> a_, b_, h_, e_;
+    std::vector<float> q_, x_, proj_, seanet_in_, out_act_, out_rows_;
 };
 
 // Grows a KV cache to hold n_ctx positions (rows carried over through kv_cache_append_rows).

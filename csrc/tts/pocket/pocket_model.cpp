@@ -1,6 +1,7 @@
 #include "tts/pocket/pocket_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 
@@ -15,6 +16,26 @@
 #include "tts/pocket/weights.h"
 
 namespace dasllama::pocket {
+
+namespace {
+
+// Adds the wall time of its scope, in milliseconds, to `into`.
+class StageClock {
+public:
+    explicit StageClock(double& into) : into_(into), t0_(std::chrono::steady_clock::now()) {}
+    ~StageClock() {
+        into_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_)
+                     .count();
+    }
+    StageClock(const StageClock&) = delete;
+    StageClock& operator=(const StageClock&) = delete;
+
+private:
+    double& into_;
+    std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
 
 PocketModel::PocketModel(const std::string& path, int n_threads, const std::string& device) {
     file_ = GGUFFile::open(path);
@@ -82,6 +103,8 @@ void PocketModel::add_voice(const std::string& name, const float* rows, int64_t 
     check_open();
     if (name.empty()) throw std::invalid_argument("pocket: a voice needs a name");
     if (n <= 0) throw std::invalid_argument("pocket: voice '" + name + "' has no rows");
+    StageClock clock(times_.prompt_ms);
+    times_.prompt_rows += n;
     Voice v;
     // Room for the voice and one chunk of the usual size; grows when a chunk needs more.
     backbone_->ensure_capacity(v.state, n + cfg_.chunk_tokens + cfg_.frames_cap(cfg_.chunk_tokens));
@@ -140,6 +163,8 @@ void PocketModel::begin_chunk(const int32_t* ids, int64_t n, const std::string& 
         state = &it->second.state;
         keep = it->second.n_rows;
     }
+    StageClock clock(times_.prompt_ms);
+    times_.prompt_rows += n;
     const std::vector<float> rows = [&] {
         std::vector<float> r(size_t(n * cfg_.lm.d_model));
         backbone_->text_rows(ids, n, r.data(), *pool_);
@@ -183,12 +208,17 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
             break;
         }
         if (on_gpu) {
+            StageClock clock(times_.frames_gpu_ms);
             if (step_gpu(state, max_frames - made, batch, made)) continue;
             on_gpu = false;  // declined: the CPU serves the rest of this call
         }
-        backbone_->frame_step(state, latent_.empty() ? nullptr : latent_.data(), cond_.data(),
-                              *pool_);
-        const float logit = backbone_->eos_logit(cond_.data());
+        float logit;
+        {
+            StageClock clock(times_.backbone_ms);
+            backbone_->frame_step(state, latent_.empty() ? nullptr : latent_.data(),
+                                  cond_.data(), *pool_);
+            logit = backbone_->eos_logit(cond_.data());
+        }
         if (logit > params_.eos_threshold && record_.eos_frame < 0 &&
             g >= cfg_.min_frames_before_eos)
             record_.eos_frame = g;
@@ -199,8 +229,11 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
         const bool noisy = params_.temperature > 0.0f;
         if (noisy) noise_.next(eps_.data(), L);
         latent_.resize(size_t(L));
-        flow_->run(cond_.data(), noisy ? eps_.data() : nullptr, params_.temperature,
-                   params_.lsd_steps, latent_.data(), *pool_);
+        {
+            StageClock clock(times_.flow_ms);
+            flow_->run(cond_.data(), noisy ? eps_.data() : nullptr, params_.temperature,
+                       params_.lsd_steps, latent_.data(), *pool_);
+        }
         record_.conditioning.insert(record_.conditioning.end(), cond_.begin(), cond_.end());
         record_.eos_logits.push_back(logit);
         record_.latents.insert(record_.latents.end(), latent_.begin(), latent_.end());
@@ -209,6 +242,8 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
         ++made;
     }
     if (made == 0) return 0;
+    times_.frames += made;
+    StageClock clock(times_.mimi_ms);
     const std::vector<float> mimi_in = denormalize(batch.data(), made);
     const size_t start = audio.size();
     decode_audio(mimi_in.data(), made, audio);
@@ -328,6 +363,11 @@ void PocketModel::decode_audio(const float* latents, int64_t n, std::vector<floa
     }
     codec_latents_.insert(codec_latents_.end(), latents, latents + n * L);
     codec_sizes_.push_back(n);
+}
+
+StageTimes PocketModel::stage_times() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return times_;
 }
 
 // =============================================================================================

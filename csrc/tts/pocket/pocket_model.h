@@ -56,6 +56,18 @@ struct ChunkParams {
     int64_t lsd_steps = 0;          // <= 0: the file's
 };
 
+// Wall time spent in each stage since the model was opened, in milliseconds, with the work
+// counted: cheap (two clock reads a stage call), always on. A request's share is the
+// difference of two readings (dasllama.TTS.stats does that).
+struct StageTimes {
+    double prompt_ms = 0;    // begin_chunk and add_voice: text rows and the prompt stage
+    double backbone_ms = 0;  // CPU frame steps: backbone and EOS logit
+    double flow_ms = 0;      // CPU flow head
+    double frames_gpu_ms = 0;  // the frames seat: backbone and flow head together, on a GPU
+    double mimi_ms = 0;      // de-normalization, Mimi decoding and the fade-in
+    int64_t prompt_rows = 0, frames = 0;
+};
+
 // What a chunk produced so far, for tests (per generated frame).
 struct ChunkRecord {
     std::vector<float> conditioning;  // [frames, Z]
@@ -102,6 +114,7 @@ public:
     int64_t step(int64_t max_frames, std::vector<float>& audio);
     bool chunk_done() const { return done_; }
     const ChunkRecord& record() const { return record_; }
+    StageTimes stage_times() const;
 
     // --- stages, for tests -----------------------------------------------------------------
     std::vector<float> text_rows(const int32_t* ids, int64_t n);
@@ -172,6 +185,7 @@ private:
     int64_t frame_ = 0, faded_ = 0;
     std::vector<float> latent_, cond_, eps_;
     ChunkRecord record_;
+    StageTimes times_;
 };
 
 }  // namespace dasllama::pocket
