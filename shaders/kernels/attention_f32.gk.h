@@ -15,6 +15,7 @@
 // Dispatch: gx = n_head, gy = n_tok. Limits (the host's admission rules): head_dim <= 128,
 // at most GK_ATTN32_KEYS keys per query (window or position), n_head a multiple of n_head_kv.
 #include "../gk/gk.h"
+#include "softmax_weights.h"
 
 #define GK_WG 128
 #define GK_ATTN32_KEYS 4096u
@@ -56,14 +57,8 @@ GK_KERNEL(attention_f32, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     float mx;
     GK_WG_MAX_INTO(mx, m, part, 0u)
     // 2. Weights exp(s - max) and their sum.
-    float l = 0.0f;
-    for (uint j = tid; j < nk; j += GK_WG) {
-        float e = exp(sc[j] - mx);
-        sc[j] = e;
-        l += e;
-    }
     float lsum;
-    GK_WG_SUM_INTO(lsum, l, part, 1u)
+    GK_SOFTMAX_WEIGHTS(sc, nk, mx, lsum, part)
     // 3. Values: part kp of the keys, dimension d.
     uint kparts = GK_WG / D;
     uint kp = tid / D;

@@ -12,6 +12,7 @@
 // attn_out[out_off + h * head_dim + d] gets the output.
 // Dispatch: gx = n_head. Limits: attention_f32's.
 #include "../gk/gk.h"
+#include "softmax_weights.h"
 
 #define GK_WG 128
 #define GK_ATTS_KEYS 4096u
@@ -92,14 +93,8 @@ GK_KERNEL(attention_step_f32, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     float mx;
     GK_WG_MAX_INTO(mx, m, part, 0u)
     // 2. Weights exp(s - max) and their sum.
-    float l = 0.0f;
-    for (uint j = tid; j < nk; j += GK_WG) {
-        float e = exp(sc[j] - mx);
-        sc[j] = e;
-        l += e;
-    }
     float lsum;
-    GK_WG_SUM_INTO(lsum, l, part, 1u)
+    GK_SOFTMAX_WEIGHTS(sc, nk, mx, lsum, part)
     // 3. Values: part kp of the keys, dimension d.
     uint kparts = GK_WG / D;
     uint kp = tid / D;
