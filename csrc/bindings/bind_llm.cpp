@@ -114,6 +114,16 @@ void bind_llm(py::module_& m) {
         .def("eval", &eval, py::arg("ids"), py::arg("all_logits") = false,
              "Appends ids at positions n_past.. and returns float32 logits of shape "
              "[len(ids), n_vocab] if all_logits else [1, n_vocab] (the last position).")
+        .def("hidden_states", [](LLMModel& s, const std::vector<int32_t>& ids) {
+                 py::array_t<float> out({py::ssize_t(ids.size()), py::ssize_t(s.config().n_embd)});
+                 float* dst = out.mutable_data();
+                 py::gil_scoped_release nogil;
+                 s.hidden_states(ids.data(), int64_t(ids.size()), dst);
+                 return out;
+             },
+             py::arg("ids"),
+             "Final hidden states (after the output norm) of ids evaluated alone from position "
+             "0, float32 [len(ids), n_embd]; the model's cache is untouched.")
         .def("truncate", &LLMModel::truncate, py::arg("n"), py::call_guard<py::gil_scoped_release>(),
              "Forgets cache positions >= n (0 <= n <= n_past).")
         .def("reset", &LLMModel::reset, py::call_guard<py::gil_scoped_release>(),

@@ -12,4 +12,5 @@ PYBIND11_MODULE(_core, m) {
     dasllama::bindings::bind_tuning(m);
     dasllama::bindings::bind_gpu(m);
     dasllama::bindings::bind_tts(m);
+    dasllama::bindings::bind_serve(m);
 }

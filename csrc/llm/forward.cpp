@@ -64,21 +64,61 @@ void Forward::run(const int32_t* ids, int64_t n, KVCache& cache, ThreadPool& poo
                   cpu::Precision precision, bool all_logits, float* logits,
                   const std::function<void()>& between_layers) {
     precision_ = precision;
+    std::vector<int64_t> out_rows;
     for (int64_t start = 0; start < n; start += max_batch_) {
         const int64_t len = std::min(max_batch_, n - start);
         const bool last_chunk = start + len == n;
-        float* chunk_logits = all_logits ? logits + start * cfg_.n_vocab
-                                         : (last_chunk ? logits : nullptr);
-        run_chunk(ids + start, len, cache.n_past(), cache, pool, all_logits, chunk_logits,
-                  between_layers);
+        out_rows.clear();
+        for (int64_t r = all_logits ? 0 : (last_chunk ? len - 1 : len); r < len; ++r)
+            out_rows.push_back(r);
+        const SequenceRows seq{&cache, len, false};
+        run_chunk(ids + start, &seq, 1, out_rows, ForwardHead::kLogits,
+                  all_logits ? logits + start * cfg_.n_vocab : logits, pool, between_layers);
     }
 }
 
-void Forward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, KVCache& cache,
-                        ThreadPool& pool, bool all_logits, float* logits,
-                        const std::function<void()>& between_layers) {
+void Forward::run_hidden(const int32_t* ids, int64_t n, KVCache& cache, ThreadPool& pool,
+                         cpu::Precision precision, float* hidden) {
+    precision_ = precision;
+    std::vector<int64_t> out_rows;
+    for (int64_t start = 0; start < n; start += max_batch_) {
+        const int64_t len = std::min(max_batch_, n - start);
+        out_rows.resize(size_t(len));
+        std::iota(out_rows.begin(), out_rows.end(), int64_t(0));
+        const SequenceRows seq{&cache, len, false};
+        run_chunk(ids + start, &seq, 1, out_rows, ForwardHead::kHidden,
+                  hidden + start * cfg_.n_embd, pool, {});
+    }
+}
+
+void Forward::run_batch(const int32_t* ids, const SequenceRows* seqs, int n_seqs,
+                        ThreadPool& pool, cpu::Precision precision, float* logits) {
+    precision_ = precision;
+    std::vector<int64_t> out_rows;
+    int64_t n = 0;
+    for (int i = 0; i < n_seqs; ++i) {
+        if (seqs[i].n <= 0 || !seqs[i].cache)
+            throw ShapeError("forward: sequence " + std::to_string(i) + " of the batch has no rows");
+        n += seqs[i].n;
+        if (seqs[i].want_logits) out_rows.push_back(n - 1);
+    }
+    if (n > max_batch_)
+        throw ShapeError("forward: a batch of " + std::to_string(n) + " rows exceeds max_batch " +
+                         std::to_string(max_batch_));
+    run_chunk(ids, seqs, n_seqs, out_rows, ForwardHead::kLogits, logits, pool, {});
+}
+
+void Forward::run_chunk(const int32_t* ids, const SequenceRows* seqs, int n_seqs,
+                        const std::vector<int64_t>& out_rows, ForwardHead head, float* out,
+                        ThreadPool& pool, const std::function<void()>& between_layers) {
     const int64_t E = cfg_.n_embd;
     float* x = x_.data();
+    int64_t n = 0;
+    seq_pos0_.resize(size_t(n_seqs));
+    for (int i = 0; i < n_seqs; ++i) {
+        seq_pos0_[size_t(i)] = seqs[i].cache->n_past();
+        n += seqs[i].n;
+    }
 
     // --- embedding ------------------------------------------------------------------------
     for (int64_t t = 0; t < n; ++t) {
@@ -86,21 +126,27 @@ void Forward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, KVCache& ca
         if (cfg_.embd_scale != 1.0f)
             for (int64_t i = 0; i < E; ++i) x[t * E + i] *= cfg_.embd_scale;
     }
+    const int64_t half = cfg_.n_rot / 2;
     for (RopeTable& r : ropes_)
-        cpu::rope_table(r.base, r.scale, cfg_.n_rot, pos0, n, r.cos.data(), r.sin.data(),
-                        w_.rope_freqs.empty() ? nullptr : w_.rope_freqs.data());
+        for (int i = 0, row = 0; i < n_seqs; row += int(seqs[i].n), ++i)
+            cpu::rope_table(r.base, r.scale, cfg_.n_rot, seq_pos0_[size_t(i)], seqs[i].n,
+                            r.cos.data() + row * half, r.sin.data() + row * half,
+                            w_.rope_freqs.empty() ? nullptr : w_.rope_freqs.data());
 
     // --- layers ---------------------------------------------------------------------------
-    // The last layer computes outputs only for the rows whose logits are wanted (none for a
-    // prompt chunk before the last); every row still leaves its K/V in the cache.
-    const int64_t wanted_from = all_logits ? 0 : (logits ? n - 1 : n);
+    // With one sequence whose wanted rows are its last ones, the last layer computes outputs
+    // only for those (none for a prompt chunk before the last); every row still leaves its K/V
+    // in the cache. Rows of several sequences all run the last layer whole.
+    const int64_t n_out = int64_t(out_rows.size());
+    const bool suffix = n_out == 0 || (out_rows.back() == n - 1 && out_rows.front() == n - n_out);
+    const int64_t wanted_from = n_seqs == 1 && suffix ? n - n_out : 0;
     for (int il = 0; il < int(cfg_.n_layer); ++il) {
         const LayerWeights& l = w_.layers[size_t(il)];
         const int64_t first = il == cfg_.n_layer - 1 ? wanted_from : 0;
         const int64_t rows = n - first;
         float* xr = x + first * E;
         cpu::rmsnorm(x, l.attn_norm.data(), n, E, cfg_.rms_eps, xn_.data());
-        attention_layer(il, n, first, pos0, cache, pool);
+        attention_layer(il, n, first, seqs, n_seqs, seq_pos0_.data(), pool);
         if (cfg_.post_norms)
             cpu::rmsnorm(out_.data(), l.post_attn_norm.data(), rows, E, cfg_.rms_eps, out_.data());
         cpu::add(xr, out_.data(), rows * E);
@@ -116,19 +162,24 @@ void Forward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, KVCache& ca
         if (between_layers) between_layers();
     }
 
-    // --- logits ---------------------------------------------------------------------------
-    if (!logits) return;
-    const int64_t rows = n - wanted_from;
-    cpu::rmsnorm(x + wanted_from * E, w_.output_norm.data(), rows, E, cfg_.rms_eps, xn_.data());
-    mm(w_.output, xn_.data(), rows, logits, pool);
+    // --- head -----------------------------------------------------------------------------
+    if (n_out == 0 || !out) return;
+    for (int64_t j = 0; j < n_out; ++j)
+        cpu::rmsnorm(x + out_rows[size_t(j)] * E, w_.output_norm.data(), 1, E, cfg_.rms_eps,
+                     xn_.data() + j * E);
+    if (head == ForwardHead::kHidden) {
+        std::copy_n(xn_.data(), n_out * E, out);
+        return;
+    }
+    mm(w_.output, xn_.data(), n_out, out, pool);
     if (cfg_.final_logit_softcap > 0.0) {
         const float cap = float(cfg_.final_logit_softcap);
-        for (int64_t i = 0; i < rows * cfg_.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+        for (int64_t i = 0; i < n_out * cfg_.n_vocab; ++i) out[i] = cap * std::tanh(out[i] / cap);
     }
 }
 
-void Forward::attention_layer(int il, int64_t n, int64_t first, int64_t pos0, KVCache& cache,
-                              ThreadPool& pool) {
+void Forward::attention_layer(int il, int64_t n, int64_t first, const SequenceRows* seqs,
+                              int n_seqs, const int64_t* pos0, ThreadPool& pool) {
     const LayerWeights& l = w_.layers[size_t(il)];
     const LayerConfig& lc = cfg_.layers[size_t(il)];
     const int64_t hd = cfg_.head_dim;
@@ -162,8 +213,6 @@ void Forward::attention_layer(int il, int64_t n, int64_t first, int64_t pos0, KV
               rt.sin.data() + first * half);
     cpu::rope(k, n, cfg_.n_head_kv, hd, cfg_.n_rot, neox, rt.cos.data(), rt.sin.data());
 
-    cache.kv_cache_append_rows(il, pos0, n, k, v);
-
     cpu::AttentionShape s;
     s.n_head = cfg_.n_head;
     s.n_head_kv = cfg_.n_head_kv;
@@ -171,8 +220,18 @@ void Forward::attention_layer(int il, int64_t n, int64_t first, int64_t pos0, KV
     s.head_dim_v = cfg_.head_dim_v;
     s.scale = cfg_.attn_scale;
     s.window = lc.sliding ? cfg_.sliding_window : 0;
-    const KVCache::LayerView view = cache.layer(il);
-    cpu::attention(s, q, nq, pos0 + first, view, attn_.data(), pool, attn_scratch_);
+    const int64_t attn_dim = cfg_.n_head * cfg_.head_dim_v;
+    for (int i = 0, row = 0; i < n_seqs; row += int(seqs[i].n), ++i) {
+        KVCache& cache = *seqs[i].cache;
+        cache.kv_cache_append_rows(il, pos0[i], seqs[i].n, k + row * cfg_.k_dim(),
+                                   v + row * cfg_.v_dim());
+        // This sequence's query rows: those of [row, row + n) at or after `first`.
+        const int64_t q0 = std::max<int64_t>(row, first), q1 = row + seqs[i].n;
+        if (q0 >= q1) continue;
+        const KVCache::LayerView view = cache.layer(il);
+        cpu::attention(s, q + (q0 - first) * cfg_.q_dim(), q1 - q0, pos0[i] + (q0 - row), view,
+                       attn_.data() + (q0 - first) * attn_dim, pool, attn_scratch_);
+    }
     mm(l.wo, attn_.data(), nq, out_.data(), pool);
 }
 

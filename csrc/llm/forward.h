@@ -19,6 +19,18 @@ namespace dasllama {
 class KVCache;
 class ThreadPool;
 
+// One sequence's rows in a batched step: `n` consecutive tokens that continue `cache` at its
+// n_past().
+struct SequenceRows {
+    KVCache* cache = nullptr;
+    int64_t n = 0;
+    bool want_logits = false;  // the logits of its last row
+};
+
+// What the last rows of a call produce: logits over the vocabulary, or the final hidden states
+// (after the output norm; what an embedding pools).
+enum class ForwardHead { kLogits, kHidden };
+
 class Forward {
 public:
     Forward(const ModelConfig& cfg, const ModelWeights& w, int64_t max_batch, int n_threads);
@@ -32,6 +44,18 @@ public:
              cpu::Precision precision, bool all_logits, float* logits,
              const std::function<void()>& between_layers = {});
 
+    // One step over rows of several sequences (continuous batching): ids holds each sequence's
+    // rows in turn, sum of n at most max_batch(). Every row's K/V enters its own cache and
+    // attends over that cache only; the matrix products run over all rows together, and each
+    // row's result equals what run() gives that sequence alone. logits: one row of n_vocab per
+    // sequence with want_logits, in order.
+    void run_batch(const int32_t* ids, const SequenceRows* seqs, int n_seqs, ThreadPool& pool,
+                   cpu::Precision precision, float* logits);
+
+    // As run(), writing final hidden states [n, n_embd] (all rows) instead of logits.
+    void run_hidden(const int32_t* ids, int64_t n, KVCache& cache, ThreadPool& pool,
+                    cpu::Precision precision, float* hidden);
+
     int64_t max_batch() const { return max_batch_; }
 
 private:
@@ -40,12 +64,15 @@ private:
         std::vector<float> cos, sin;  // [max_batch, n_rot / 2]
     };
 
-    void run_chunk(const int32_t* ids, int64_t n, int64_t pos0, KVCache& cache, ThreadPool& pool,
-                   bool all_logits, float* logits, const std::function<void()>& between_layers);
-    // K/V of all n rows enter the cache; q, attention and the output projection run for rows
-    // first..n-1 only (out_ row 0 is token `first`).
-    void attention_layer(int il, int64_t n, int64_t first, int64_t pos0, KVCache& cache,
-                         ThreadPool& pool);
+    // A chunk of rows of one or more sequences. out_rows: the rows whose head output is wanted
+    // (ascending); the head writes one row of output per entry.
+    void run_chunk(const int32_t* ids, const SequenceRows* seqs, int n_seqs,
+                   const std::vector<int64_t>& out_rows, ForwardHead head, float* out,
+                   ThreadPool& pool, const std::function<void()>& between_layers);
+    // K/V of all n rows enter their caches; q, attention and the output projection run for
+    // rows first..n-1 only (out_ row 0 is token `first`; first > 0 only with one sequence).
+    void attention_layer(int il, int64_t n, int64_t first, const SequenceRows* seqs, int n_seqs,
+                         const int64_t* pos0, ThreadPool& pool);
     void dense_ffn(const LayerWeights& l, int64_t n, ThreadPool& pool);
     void moe_ffn(const LayerWeights& l, int64_t n, ThreadPool& pool);
     const RopeTable& rope_for(const LayerConfig& lc) const;
@@ -66,6 +93,7 @@ private:
     std::vector<float> out_;     // a block's output [n_embd]
     std::vector<float> gate_, up_;  // [n_ff] or [n_ff_exp]
     std::vector<RopeTable> ropes_;  // one per distinct (base, scale) of the layers
+    std::vector<int64_t> seq_pos0_; // first position of each sequence of a chunk
     cpu::AttentionScratch attn_scratch_;
 
     // MoE routing, [max_batch, ...].

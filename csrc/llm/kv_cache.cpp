@@ -44,10 +44,10 @@ const char* kv_type_name(KVType t) {
     return "?";
 }
 
-KVCache::KVCache(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
-                 int64_t head_dim_v, KVType type)
-    : n_ctx_(n_ctx), n_head_kv_(n_head_kv), head_dim_k_(head_dim_k), head_dim_v_(head_dim_v),
-      type_(type) {
+namespace {
+
+void check_shape(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
+                 int64_t head_dim_v, KVType type) {
     if (n_layer <= 0 || n_ctx <= 0 || n_head_kv <= 0 || head_dim_k <= 0 || head_dim_v <= 0)
         throw ShapeError("kv cache: every size must be positive, got n_layer=" +
                          std::to_string(n_layer) + " n_ctx=" + std::to_string(n_ctx) +
@@ -57,19 +57,43 @@ KVCache::KVCache(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head
         throw ShapeError("kv cache: q8_0 needs head sizes that are multiples of 32, got k=" +
                          std::to_string(head_dim_k) + " v=" + std::to_string(head_dim_v) +
                          "; use kv_type f16 or f32");
+}
+
+}  // namespace
+
+int64_t KVCache::bytes_for(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
+                           int64_t head_dim_v, KVType type) {
+    check_shape(n_layer, n_ctx, n_head_kv, head_dim_k, head_dim_v, type);
+    const int64_t row = row_bytes_for(type, head_dim_k) + row_bytes_for(type, head_dim_v);
+    const int64_t limit = std::numeric_limits<int64_t>::max();
+    if (n_ctx > limit / n_head_kv / row || n_ctx * n_head_kv * row > limit / n_layer)
+        throw ShapeError("kv cache: n_ctx=" + std::to_string(n_ctx) + " is too large");
+    return n_layer * n_ctx * n_head_kv * row;
+}
+
+KVCache::KVCache(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
+                 int64_t head_dim_v, KVType type)
+    : KVCache(n_layer, n_ctx, n_head_kv, head_dim_k, head_dim_v, type, nullptr) {}
+
+KVCache::KVCache(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
+                 int64_t head_dim_v, KVType type, uint8_t* arena)
+    : n_ctx_(n_ctx), n_head_kv_(n_head_kv), head_dim_k_(head_dim_k), head_dim_v_(head_dim_v),
+      type_(type) {
+    const int64_t total = bytes_for(n_layer, n_ctx, n_head_kv, head_dim_k, head_dim_v, type);
     k_row_bytes_ = row_bytes_for(type, head_dim_k);
     v_row_bytes_ = row_bytes_for(type, head_dim_v);
+    // Not zero-filled: positions past a layer's length are never read, so pages are only
+    // touched as the context grows.
+    if (!arena) {
+        owned_.reset(new uint8_t[size_t(total)]);
+        arena = owned_.get();
+    }
     const int64_t per_layer_k = n_head_kv * n_ctx * k_row_bytes_;
     const int64_t per_layer_v = n_head_kv * n_ctx * v_row_bytes_;
-    if (per_layer_k / n_ctx / n_head_kv != k_row_bytes_ ||
-        (per_layer_k + per_layer_v) > std::numeric_limits<int64_t>::max() / n_layer)
-        throw ShapeError("kv cache: n_ctx=" + std::to_string(n_ctx) + " is too large");
     lengths_.assign(size_t(n_layer), 0);
     for (int64_t l = 0; l < n_layer; ++l) {
-        // Not zero-filled: positions past a layer's length are never read, so pages are only
-        // touched as the context grows.
-        k_.emplace_back(new uint8_t[size_t(per_layer_k)]);
-        v_.emplace_back(new uint8_t[size_t(per_layer_v)]);
+        k_.push_back(arena + l * (per_layer_k + per_layer_v));
+        v_.push_back(k_.back() + per_layer_k);
     }
 }
 
@@ -81,7 +105,7 @@ void KVCache::check_layer(int layer) const {
 
 uint8_t* KVCache::row_ptr(bool values, int layer, int64_t kv_head, int64_t pos) const {
     const int64_t rb = values ? v_row_bytes_ : k_row_bytes_;
-    uint8_t* base = (values ? v_ : k_)[size_t(layer)].get();
+    uint8_t* base = (values ? v_ : k_)[size_t(layer)];
     return base + (kv_head * n_ctx_ + pos) * rb;
 }
 

@@ -32,6 +32,13 @@ public:
     // not a multiple of its 32-element block.
     KVCache(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
             int64_t head_dim_v, KVType type);
+    // The same cache over `arena`, bytes_for(...) bytes that the caller owns and keeps alive
+    // (a region of a pool shared by several sequences: serve/kv_pool.h).
+    KVCache(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
+            int64_t head_dim_v, KVType type, uint8_t* arena);
+    // Bytes a cache of this shape holds; throws ShapeError as the constructor does.
+    static int64_t bytes_for(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv,
+                             int64_t head_dim_k, int64_t head_dim_v, KVType type);
 
     // Stores n_rows positions pos..pos+n_rows-1 of `layer`. k_rows is n_rows x
     // (n_head_kv * head_dim_k) float32, v_rows n_rows x (n_head_kv * head_dim_v). pos must
@@ -83,7 +90,8 @@ private:
     int64_t n_ctx_, n_head_kv_, head_dim_k_, head_dim_v_;
     KVType type_;
     int64_t k_row_bytes_, v_row_bytes_;        // one head's row at one position
-    std::vector<std::unique_ptr<uint8_t[]>> k_, v_;  // per layer
+    std::unique_ptr<uint8_t[]> owned_;         // the storage, unless the caller gave an arena
+    std::vector<uint8_t*> k_, v_;              // per layer, into owned_ or the arena
     std::vector<int64_t> lengths_;             // per layer
 };
 

@@ -151,6 +151,16 @@ void LLMModel::check_open() const {
     if (!forward_) throw Error("LLMModel: the model is closed");
 }
 
+void LLMModel::check_ids(const int32_t* ids, int64_t n, const char* what) const {
+    if (n <= 0) throw std::invalid_argument(std::string(what) + ": ids is empty");
+    for (int64_t i = 0; i < n; ++i)
+        if (ids[i] < 0 || ids[i] >= cfg_.n_vocab)
+            throw std::invalid_argument(std::string(what) + ": token id " +
+                                        std::to_string(ids[i]) + " at index " +
+                                        std::to_string(i) + " is outside [0, " +
+                                        std::to_string(cfg_.n_vocab) + ")");
+}
+
 int64_t LLMModel::n_past() const {
     std::lock_guard<std::mutex> lock(mu_);
     return cache_ ? n_past_ : 0;
@@ -165,12 +175,7 @@ void LLMModel::eval(const int32_t* ids, int64_t n, bool all_logits, float* logit
                     const std::function<void()>& between_layers) {
     std::lock_guard<std::mutex> lock(mu_);
     check_open();
-    if (n <= 0) throw std::invalid_argument("eval: ids is empty");
-    for (int64_t i = 0; i < n; ++i)
-        if (ids[i] < 0 || ids[i] >= cfg_.n_vocab)
-            throw std::invalid_argument("eval: token id " + std::to_string(ids[i]) +
-                                        " at index " + std::to_string(i) + " is outside [0, " +
-                                        std::to_string(cfg_.n_vocab) + ")");
+    check_ids(ids, n, "eval");
     const int64_t start = n_past_;
     if (n > n_ctx_ - start)
         throw ShapeError("eval: n_past " + std::to_string(start) + " + " + std::to_string(n) +
@@ -185,6 +190,17 @@ void LLMModel::eval(const int32_t* ids, int64_t n, bool all_logits, float* logit
         throw;
     }
     n_past_ = start + n;
+}
+
+void LLMModel::hidden_states(const int32_t* ids, int64_t n, float* hidden) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    check_ids(ids, n, "hidden_states");
+    if (n > n_ctx_)
+        throw ShapeError("hidden_states: " + std::to_string(n) + " tokens exceed the context of " +
+                         "n_ctx " + std::to_string(n_ctx_) + " positions");
+    KVCache scratch(cfg_.n_layer, n, cfg_.n_head_kv, cfg_.head_dim, cfg_.head_dim_v, kv_type_);
+    forward_->run_hidden(ids, n, scratch, *pool_, precision_, hidden);
 }
 
 std::vector<float> LLMModel::eval(const std::vector<int32_t>& ids, bool all_logits) {

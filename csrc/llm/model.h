@@ -68,6 +68,28 @@ public:
               const std::function<void()>& between_layers = {});
     std::vector<float> eval(const std::vector<int32_t>& ids, bool all_logits = false);
 
+    // The final hidden states (after the output norm) of ids evaluated alone from position 0,
+    // n x n_embd floats into `hidden`: what an embedding pools. On the CPU, with a cache of its
+    // own: the model's cache is untouched. Throws as eval() does, against n_ctx.
+    void hidden_states(const int32_t* ids, int64_t n, float* hidden);
+
+    // The CPU parts a batching engine (serve/) runs its own forward pass on. with_cpu_parts
+    // calls f(parts) holding the model's lock (so it never overlaps eval) and throws Error
+    // when the model is closed.
+    struct CpuParts {
+        const ModelConfig& cfg;
+        const ModelWeights& weights;
+        ThreadPool& pool;
+        cpu::Precision precision;
+        KVType kv_type;
+    };
+    template <class F>
+    decltype(auto) with_cpu_parts(F&& f) {
+        std::lock_guard<std::mutex> lock(mu_);
+        check_open();
+        return f(CpuParts{cfg_, *weights_, *pool_, precision_, kv_type_});
+    }
+
     // Forgets positions >= n; 0 <= n <= n_past() (std::invalid_argument otherwise).
     void truncate(int64_t n);
     void reset() { truncate(0); }
@@ -92,6 +114,7 @@ public:
 
 private:
     void check_open() const;
+    void check_ids(const int32_t* ids, int64_t n, const char* what) const;
     void open_gpu(const std::string& spec);
     bool try_gpu(const int32_t* ids, int64_t n, int64_t start, bool all_logits, float* logits);
     void sync_host_cache(int64_t upto);

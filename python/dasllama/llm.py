@@ -23,7 +23,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -37,6 +37,10 @@ __all__ = ["LLM", "DEVICES", "DEFAULT_MODEL"]
 # Device kinds this release runs LLMs on ("vulkan:N" picks one; metal on Apple platforms).
 DEVICES = ("cpu", "vulkan", "metal")
 DEFAULT_MODEL = "smollm2"
+# generate_many's default slots at most: past this a step's rows stop getting cheaper per row on
+# a few cores, while every slot holds a KV region of n_ctx positions.
+_MANY_SLOTS = 8
+_POOLINGS = ("mean", "cls", "last", "none")
 
 
 class _TextStream:
@@ -276,14 +280,7 @@ class LLM:
         iterator of text pieces. Ends at an end-of-generation token, at a stop string (not
         included), after max_tokens tokens (None: no limit) or when the context is full.
         temperature 0 is greedy. Each call starts from an empty context."""
-        if isinstance(prompt, str):
-            if not prompt:
-                raise ValueError("the prompt is empty")
-            ids = self.tokenize(prompt, add_special=True, parse_special=False)
-            if not ids:
-                raise ValueError(f"the prompt {prompt!r} has no tokens")
-        else:
-            ids = self._check_ids(prompt)
+        ids = self._prompt_ids(prompt)
         run = self._start(ids, reuse_cache=False, extra_eog=(), stop=stop, max_tokens=max_tokens,
                           sampler=self._sampler(temperature, top_k, top_p, min_p, repeat_penalty,
                                                 presence_penalty, frequency_penalty,
@@ -295,8 +292,22 @@ class LLM:
         model's chat template; takes generate's keyword arguments. The context is reused: when
         the new prompt starts with tokens already evaluated (the previous turns), only the rest
         is evaluated."""
+        ids, extra_eog, text_stops = self.chat_prompt(messages)
+        user_stop = generate_kwargs.pop("stop", None)
+        user_stop = [user_stop] if isinstance(user_stop, str) else list(user_stop or [])
+        stream = generate_kwargs.pop("stream", False)
+        max_tokens = generate_kwargs.pop("max_tokens", 128)
+        sampler = self._sampler(**generate_kwargs)
+        run = self._start(ids, reuse_cache=True, extra_eog=extra_eog, stop=user_stop + text_stops,
+                          max_tokens=max_tokens, sampler=sampler)
+        return run if stream else "".join(run)
+
+    def chat_prompt(self, messages, **template_variables) -> tuple:
+        """The conversation as chat() evaluates it: (token ids, end-of-turn token ids that end a
+        reply like an end-of-generation token, stop strings). template_variables go to the
+        template (for example tools=[...])."""
         fmt = self.chat_format
-        text = fmt.render(messages)
+        text = fmt.render(messages, **template_variables)
         ids = self.tokenize(text, add_special=True, parse_special=True)
         tok = self.tokenizer
         # A template that writes bos_token itself plus a tokenizer that adds one: keep one.
@@ -311,14 +322,76 @@ class LLM:
                 text_stops.append(s)
             else:
                 extra_eog.append(token)
-        user_stop = generate_kwargs.pop("stop", None)
-        user_stop = [user_stop] if isinstance(user_stop, str) else list(user_stop or [])
-        stream = generate_kwargs.pop("stream", False)
-        max_tokens = generate_kwargs.pop("max_tokens", 128)
-        sampler = self._sampler(**generate_kwargs)
-        run = self._start(ids, reuse_cache=True, extra_eog=extra_eog, stop=user_stop + text_stops,
-                          max_tokens=max_tokens, sampler=sampler)
-        return run if stream else "".join(run)
+        return ids, extra_eog, text_stops
+
+    def generate_many(self, prompts: Sequence[Union[str, Sequence[int]]], *,
+                      slots: Optional[int] = None, max_tokens: Optional[int] = 128,
+                      stop: Union[str, Sequence[str], None] = None, **sampling) -> List[str]:
+        """generate() for several prompts at once, decoded together by a BatchEngine
+        (dasllama.batch) of `slots` sequences (default: one per prompt, at most 8). Takes
+        generate's sampling arguments; a seed gives each prompt the text generate() gives it
+        at that seed. Returns the texts in the order of prompts."""
+        from .batch import BatchEngine, Request, SamplingParams
+        if isinstance(prompts, (str, bytes)):
+            raise TypeError("prompts must be a list of prompts; for one prompt use generate()")
+        ids = [self._prompt_ids(p) for p in prompts]
+        if not ids:
+            return []
+        engine = BatchEngine(self, slots=slots or min(len(ids), _MANY_SLOTS))
+        texts: Dict[int, List[str]] = {}
+        errors: List[BaseException] = []
+
+        def collect(ev):
+            texts.setdefault(ev.request_id, []).append(ev.text)
+            if ev.kind == "error":
+                errors.append(ev.error)
+
+        order = [engine.submit(Request(prompt=p, max_tokens=max_tokens, stop=stop or (),
+                                       sampling=SamplingParams(**sampling), on_event=collect))
+                 for p in ids]
+        engine.run()
+        if errors:
+            raise errors[0]
+        return ["".join(texts.get(i, [])) for i in order]
+
+    def embed(self, text_or_ids: Union[str, Sequence[int]], pooling: Optional[str] = None,
+              normalize: bool = True) -> np.ndarray:
+        """The embedding of a text (or token ids): the final hidden states (after the output
+        norm) pooled by `pooling` - "mean" (the default when the file names none), "cls" (the
+        first token), "last", or "none" (every token's row, [n, n_embd]) - and scaled to unit
+        length when normalize. The file's {arch}.pooling_type, when present, sets the default.
+        The model's cache is untouched."""
+        ids = self._prompt_ids(text_or_ids)
+        self._check_fits(len(ids))
+        pooling = pooling or self._file_pooling() or "mean"
+        if pooling not in _POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(_POOLINGS)}, got {pooling!r}")
+        hidden = np.asarray(self.model.hidden_states(ids))
+        out = {"mean": lambda h: h.mean(axis=0), "cls": lambda h: h[0], "last": lambda h: h[-1],
+               "none": lambda h: h}[pooling](hidden)
+        if normalize:
+            norm = np.linalg.norm(out, axis=-1, keepdims=True)
+            out = out / np.maximum(norm, 1e-12)
+        return out.astype(np.float32, copy=False)
+
+    def _file_pooling(self) -> Optional[str]:
+        if self.path is None:
+            return None
+        with gguf.open(self.path) as f:
+            arch = f.metadata.get("general.architecture", "")
+            value = f.metadata.get(f"{arch}.pooling_type")
+        # llama.cpp's enum: 0 none, 1 mean, 2 cls, 3 last (4, rank, is not an embedding).
+        return {0: "none", 1: "mean", 2: "cls", 3: "last"}.get(value)
+
+    def _prompt_ids(self, prompt) -> list:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError("the prompt is empty")
+            ids = self.tokenize(prompt, add_special=True, parse_special=False)
+            if not ids:
+                raise ValueError(f"the prompt {prompt!r} has no tokens")
+            return ids
+        return self._check_ids(prompt)
 
     @property
     def chat_format(self) -> ChatFormat:

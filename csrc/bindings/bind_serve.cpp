@@ -1,0 +1,83 @@
+// _core.BatchEngine: the batching engine of serve/batch_engine.h (the Python scheduler over it
+// is dasllama.batch).
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "bindings/bindings.h"
+#include "llm/model.h"
+#include "serve/batch_engine.h"
+
+namespace py = pybind11;
+
+namespace dasllama::bindings {
+
+using serve::BatchEngine;
+
+void bind_serve(py::module_& m) {
+    py::class_<BatchEngine>(m, "BatchEngine",
+                            "Several sequences of one LLMModel decoded together: slots over one "
+                            "KV pool, a sampler each, prompts prefilled in chunks. One caller at "
+                            "a time; step releases the GIL.")
+        .def(py::init([](LLMModel& model, int n_slots, int64_t n_ctx, int64_t prefill_chunk) {
+                 py::gil_scoped_release nogil;
+                 return std::make_unique<BatchEngine>(model, n_slots, n_ctx, prefill_chunk);
+             }),
+             py::arg("model"), py::arg("n_slots"), py::arg("n_ctx"), py::arg("prefill_chunk"),
+             py::keep_alive<1, 2>(), "n_ctx: positions of each slot.")
+        .def("start", [](BatchEngine& e, const std::vector<int32_t>& prompt, const Sampler& sampler,
+                         int top_logprobs) {
+                 const BatchEngine::Started s = e.start(prompt.data(), int64_t(prompt.size()),
+                                                        sampler.params(), top_logprobs);
+                 return py::make_tuple(s.slot, s.cached);
+             },
+             py::arg("prompt"), py::arg("sampler"), py::arg("top_logprobs") = -1,
+             "Starts a sequence with a sampler of sampler's settings (a fresh one, its seed); "
+             "returns (slot, cached prompt tokens).")
+        .def("set_mask", [](BatchEngine& e, int slot,
+                            const py::array_t<uint32_t, py::array::c_style | py::array::forcecast>& words) {
+                 e.set_mask(slot, words.data(), int64_t(words.size()));
+             },
+             py::arg("slot"), py::arg("words"),
+             "Allowed tokens of the slot's next sample: bit t % 32 of words[t // 32].")
+        .def("finish", &BatchEngine::finish, py::arg("slot"))
+        .def("step", [](BatchEngine& e) {
+                 std::vector<serve::Sampled> out;
+                 {
+                     py::gil_scoped_release nogil;
+                     out = e.step();
+                 }
+                 py::list result;
+                 for (const serve::Sampled& s : out) {
+                     py::list top;
+                     for (const serve::TokenLogprob& t : s.top) top.append(py::make_tuple(t.token, t.logprob));
+                     result.append(py::make_tuple(s.slot, s.token, s.logprob, top));
+                 }
+                 return result;
+             },
+             "One forward step; [(slot, token, logprob, [(token, logprob)])] of the sequences "
+             "that sampled (logprob nan unless asked for).")
+        .def_property_readonly("n_slots", &BatchEngine::n_slots)
+        .def_property_readonly("n_ctx", &BatchEngine::n_ctx)
+        .def_property_readonly("kv_pool_bytes", &BatchEngine::kv_pool_bytes)
+        .def_property_readonly("n_active", &BatchEngine::n_active)
+        .def("active", &BatchEngine::active, py::arg("slot"))
+        .def("n_past", &BatchEngine::n_past, py::arg("slot"))
+        .def("pending", &BatchEngine::pending, py::arg("slot"))
+        .def_property_readonly("stats", [](const BatchEngine& e) {
+            const serve::EngineStats& s = e.stats();
+            py::dict d;
+            d["steps"] = s.steps;
+            d["rows"] = s.rows;
+            d["prompt_tokens"] = s.prompt_tokens;
+            d["cached_tokens"] = s.cached_tokens;
+            d["prompt_cache_hits"] = s.prefix_hits;
+            d["generated_tokens"] = s.generated;
+            return d;
+        });
+    m.attr("MAX_TOP_LOGPROBS") = serve::kMaxTopLogprobs;
+}
+
+}  // namespace dasllama::bindings

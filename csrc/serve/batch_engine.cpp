@@ -1,0 +1,276 @@
+#include "serve/batch_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "core/errors.h"
+#include "core/thread_pool.h"
+#include "llm/forward.h"
+#include "llm/model.h"
+
+namespace dasllama::serve {
+
+namespace {
+
+// Rows of one step: the forward pass's scratch is sized for this many. As for a single
+// sequence's prompt (llm/model.cpp), it bounds the scratch memory while keeping the products
+// large enough to run at full speed.
+constexpr int64_t kMaxStepRows = 512;
+
+// The log of the softmax normalizer of logits, and the k most probable tokens with their log
+// probabilities into top (ties: lower id first).
+float top_logprobs_of(const float* logits, int64_t n, int k, std::vector<TokenLogprob>& top) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, logits[i]);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - mx);
+    const float log_z = float(mx + std::log(sum));
+    top.clear();
+    if (k <= 0) return log_z;
+    auto better = [logits](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    std::vector<int32_t> best;  // kept sorted, at most k
+    best.reserve(size_t(k) + 1);
+    for (int64_t i = 0; i < n; ++i) {
+        const auto id = int32_t(i);
+        if (int(best.size()) == k && !better(id, best.back())) continue;
+        best.insert(std::upper_bound(best.begin(), best.end(), id, better), id);
+        if (int(best.size()) > k) best.pop_back();
+    }
+    for (int32_t id : best) top.push_back({id, logits[id] - log_z});
+    return log_z;
+}
+
+}  // namespace
+
+struct BatchEngine::Slot {
+    bool active = false;
+    std::vector<int32_t> tokens;   // tokens whose K/V rows the slot's cache holds, in order
+    std::vector<int32_t> prompt;   // the rest of the prompt, still to evaluate
+    size_t prompt_done = 0;        // of prompt, evaluated
+    int32_t next = -1;             // a sampled token to feed in the next step
+    std::unique_ptr<Sampler> sampler;
+    int top_logprobs = -1;
+    std::vector<uint32_t> mask;    // empty: no mask
+    int64_t started = 0, used = 0; // clock_ values
+};
+
+BatchEngine::BatchEngine(LLMModel& model, int n_slots, int64_t n_ctx, int64_t prefill_chunk)
+    : model_(model), n_vocab_(model.n_vocab()), prefill_chunk_(prefill_chunk),
+      pool_(model.config(), n_slots, n_ctx, model.kv_type()) {
+    if (prefill_chunk < 1)
+        throw std::invalid_argument("prefill_chunk must be >= 1, got " +
+                                    std::to_string(prefill_chunk));
+    model_.with_cpu_parts([&](const LLMModel::CpuParts& p) {
+        forward_ = std::make_unique<Forward>(p.cfg, p.weights, kMaxStepRows, p.pool.size());
+        return 0;
+    });
+    slots_.resize(size_t(n_slots));
+}
+
+BatchEngine::~BatchEngine() = default;
+
+BatchEngine::Slot& BatchEngine::checked(int slot, const char* what) {
+    return const_cast<Slot&>(static_cast<const BatchEngine*>(this)->checked(slot, what));
+}
+
+const BatchEngine::Slot& BatchEngine::checked(int slot, const char* what) const {
+    if (slot < 0 || slot >= n_slots())
+        throw std::invalid_argument(std::string(what) + ": slot " + std::to_string(slot) +
+                                    " is outside [0, " + std::to_string(n_slots()) + ")");
+    return slots_[size_t(slot)];
+}
+
+int BatchEngine::n_active() const {
+    return int(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.active; }));
+}
+
+bool BatchEngine::active(int slot) const { return checked(slot, "active").active; }
+
+int64_t BatchEngine::n_past(int slot) const {
+    return int64_t(checked(slot, "n_past").tokens.size());
+}
+
+int64_t BatchEngine::pending(int slot) const {
+    const Slot& s = checked(slot, "pending");
+    return int64_t(s.prompt.size() - s.prompt_done);
+}
+
+BatchEngine::Started BatchEngine::start(const int32_t* prompt, int64_t n,
+                                        const SamplerParams& params, int top_logprobs) {
+    if (n <= 0) throw std::invalid_argument("start: the prompt is empty");
+    if (n > n_ctx())
+        throw ShapeError("start: the prompt has " + std::to_string(n) + " tokens but a slot "
+                         "holds n_ctx=" + std::to_string(n_ctx()));
+    for (int64_t i = 0; i < n; ++i)
+        if (prompt[i] < 0 || prompt[i] >= n_vocab_)
+            throw std::invalid_argument("start: token id " + std::to_string(prompt[i]) +
+                                        " at index " + std::to_string(i) + " is outside [0, " +
+                                        std::to_string(n_vocab_) + ")");
+    if (top_logprobs < -1 || top_logprobs > kMaxTopLogprobs)
+        throw std::invalid_argument("start: top_logprobs must be in [-1, " +
+                                    std::to_string(kMaxTopLogprobs) + "], got " +
+                                    std::to_string(top_logprobs));
+    validate(params);
+
+    int best = -1;
+    size_t best_prefix = 0;
+    for (int i = 0; i < n_slots(); ++i) {
+        const Slot& s = slots_[size_t(i)];
+        if (s.active) continue;
+        const size_t limit = std::min(s.tokens.size(), size_t(n - 1));
+        size_t k = 0;
+        while (k < limit && s.tokens[k] == prompt[k]) ++k;
+        if (best < 0 || k > best_prefix || (k == best_prefix && s.used < slots_[size_t(best)].used)) {
+            best = i;
+            best_prefix = k;
+        }
+    }
+    if (best < 0)
+        throw Error("start: all " + std::to_string(n_slots()) + " slots are busy");
+
+    Slot& s = slots_[size_t(best)];
+    pool_.slot(best).truncate(int64_t(best_prefix));
+    s.tokens.resize(best_prefix);
+    s.prompt.assign(prompt + best_prefix, prompt + n);
+    s.prompt_done = 0;
+    s.next = -1;
+    s.sampler = std::make_unique<Sampler>(params);
+    for (int64_t i = 0; i < n; ++i) s.sampler->accept(prompt[i]);
+    s.top_logprobs = top_logprobs;
+    s.mask.clear();
+    s.started = s.used = ++clock_;
+    s.active = true;
+    stats_.prompt_tokens += n;
+    stats_.cached_tokens += int64_t(best_prefix);
+    stats_.prefix_hits += best_prefix > 0 ? 1 : 0;
+    return {best, int64_t(best_prefix)};
+}
+
+void BatchEngine::set_mask(int slot, const uint32_t* words, int64_t n_words) {
+    Slot& s = checked(slot, "set_mask");
+    if (!s.active) throw std::invalid_argument("set_mask: slot " + std::to_string(slot) + " is not active");
+    const int64_t used = std::min<int64_t>(std::max<int64_t>(n_words, 0), (n_vocab_ + 31) / 32);
+    bool any = false;
+    for (int64_t w = 0; w < used && !any; ++w) {
+        uint32_t bits = words[w];
+        if (w == (n_vocab_ - 1) / 32 && n_vocab_ % 32) bits &= (uint32_t(1) << (n_vocab_ % 32)) - 1;
+        any = bits != 0;
+    }
+    if (!any) throw std::invalid_argument("set_mask: the mask allows no token");
+    s.mask.assign(words, words + used);
+}
+
+void BatchEngine::finish(int slot) {
+    Slot& s = checked(slot, "finish");
+    s.active = false;
+    s.prompt.clear();
+    s.prompt_done = 0;
+    s.next = -1;
+    s.sampler.reset();
+    s.mask.clear();
+    s.used = ++clock_;
+}
+
+std::vector<Sampled> BatchEngine::step() {
+    struct Part {
+        int slot;
+        int64_t take;  // prompt tokens taken (0: a decode row)
+    };
+    std::vector<SequenceRows> seqs;
+    std::vector<Part> parts;
+    ids_.clear();
+
+    // Decode rows first, then prompt chunks, oldest sequence first.
+    for (int i = 0; i < n_slots(); ++i) {
+        Slot& s = slots_[size_t(i)];
+        if (!s.active || s.next < 0) continue;
+        if (int64_t(s.tokens.size()) >= n_ctx())
+            throw ShapeError("step: slot " + std::to_string(i) + " holds n_ctx=" +
+                             std::to_string(n_ctx()) + " positions; finish it first");
+        ids_.push_back(s.next);
+        seqs.push_back({&pool_.slot(i), 1, true});
+        parts.push_back({i, 0});
+    }
+    const int64_t n_decode = int64_t(ids_.size());
+    int64_t budget = kMaxStepRows - n_decode;
+    if (n_decode > 0) budget = std::min(budget, prefill_chunk_);
+    std::vector<int> reading;
+    for (int i = 0; i < n_slots(); ++i)
+        if (slots_[size_t(i)].active && pending(i) > 0) reading.push_back(i);
+    std::sort(reading.begin(), reading.end(),
+              [this](int a, int b) { return slots_[size_t(a)].started < slots_[size_t(b)].started; });
+    for (int i : reading) {
+        if (budget <= 0) break;
+        Slot& s = slots_[size_t(i)];
+        const int64_t left = pending(i), take = std::min(left, budget);
+        ids_.insert(ids_.end(), s.prompt.begin() + int64_t(s.prompt_done),
+                    s.prompt.begin() + int64_t(s.prompt_done) + take);
+        seqs.push_back({&pool_.slot(i), take, take == left});
+        parts.push_back({i, take});
+        budget -= take;
+    }
+    if (ids_.empty()) return {};
+
+    int64_t n_want = 0;
+    for (const SequenceRows& q : seqs) n_want += q.want_logits ? 1 : 0;
+    logits_.resize(size_t(n_want * n_vocab_));
+    try {
+        model_.with_cpu_parts([&](const LLMModel::CpuParts& p) {
+            forward_->run_batch(ids_.data(), seqs.data(), int(seqs.size()), p.pool, p.precision,
+                                logits_.data());
+            return 0;
+        });
+    } catch (...) {
+        for (const Part& part : parts)
+            pool_.slot(part.slot).truncate(int64_t(slots_[size_t(part.slot)].tokens.size()));
+        throw;
+    }
+    stats_.steps += 1;
+    stats_.rows += int64_t(ids_.size());
+
+    std::vector<Sampled> out;
+    float* row = logits_.data();
+    for (size_t j = 0; j < parts.size(); ++j) {
+        Slot& s = slots_[size_t(parts[j].slot)];
+        if (parts[j].take == 0) {
+            s.tokens.push_back(s.next);
+        } else {
+            const auto from = s.prompt.begin() + int64_t(s.prompt_done);
+            s.tokens.insert(s.tokens.end(), from, from + parts[j].take);
+            s.prompt_done += size_t(parts[j].take);
+        }
+        s.next = -1;
+        if (!seqs[j].want_logits) continue;
+        float* lg = row;
+        row += n_vocab_;
+        Sampled r;
+        r.slot = parts[j].slot;
+        r.logprob = std::numeric_limits<float>::quiet_NaN();
+        float log_z = 0.0f;
+        if (s.top_logprobs >= 0) log_z = top_logprobs_of(lg, n_vocab_, s.top_logprobs, r.top);
+        if (!s.mask.empty()) {
+            for (int64_t t = 0; t < n_vocab_; ++t) {
+                const int64_t w = t / 32;
+                if (w >= int64_t(s.mask.size()) || !((s.mask[size_t(w)] >> (t % 32)) & 1u))
+                    lg[t] = -std::numeric_limits<float>::infinity();
+            }
+            s.mask.clear();
+        }
+        r.token = s.sampler->sample(lg, size_t(n_vocab_));
+        s.sampler->accept(r.token);
+        // A mask never excludes the sampled token, so its logit is still the model's.
+        if (s.top_logprobs >= 0) r.logprob = lg[r.token] - log_z;
+        s.next = r.token;
+        s.used = ++clock_;
+        stats_.generated += 1;
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+}  // namespace dasllama::serve

@@ -1,0 +1,127 @@
+// The batching engine: several sequences of one model decoded together (continuous batching).
+//
+// A sequence occupies a slot: a region of the KV pool, its own sampler and its token history.
+// step() makes one batch of rows: the next token of every decoding sequence, plus a chunk of at
+// most prefill_chunk prompt tokens from sequences still reading their prompt (the whole budget
+// when nobody decodes), runs it through the model (the matrix products over all rows, attention
+// per sequence over its own cache) and samples each sequence that reached its end of input. A
+// new sequence joins at a step boundary; one that finishes leaves its slot free with its cached
+// tokens kept, so a later prompt that shares their prefix evaluates only the rest.
+//
+// Each slot's sampler sees what LLM.generate's would (every prompt token accepted, then each
+// sampled one): with batch-invariant kernels (each output row depends on its own input row only,
+// cpu/matmul.h) the same seed gives the same tokens whatever else is in the batch.
+//
+// Stopping is the caller's: it calls finish(slot) after a token it does not want to continue
+// from (end of generation, a stop string, max_tokens, n_past(slot) == n_ctx()).
+// Not thread-safe: one caller at a time (the Python wrapper owns it). The model's lock is held
+// during a step's forward pass, so eval() on the same model waits for it and vice versa.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "llm/sampler.h"
+#include "serve/kv_pool.h"
+
+namespace dasllama {
+class Forward;
+class LLMModel;
+}
+
+namespace dasllama::serve {
+
+// The most alternatives a sampled token reports (OpenAI's top_logprobs limit).
+constexpr int kMaxTopLogprobs = 20;
+
+struct TokenLogprob {
+    int32_t token;
+    float logprob;
+};
+
+// A token sampled by step(): logprob is log softmax of the model's logits (before penalties,
+// masks and temperature), NaN unless the slot asked for logprobs; top holds the most probable
+// tokens, most probable first.
+struct Sampled {
+    int slot = -1;
+    int32_t token = -1;
+    float logprob = 0.0f;
+    std::vector<TokenLogprob> top;
+};
+
+struct EngineStats {
+    int64_t steps = 0;            // forward steps run
+    int64_t rows = 0;             // rows over all steps
+    int64_t prompt_tokens = 0;    // prompt tokens of started sequences (cached included)
+    int64_t cached_tokens = 0;    // of those, reused from a slot's cache
+    int64_t prefix_hits = 0;      // sequences that reused at least one cached token
+    int64_t generated = 0;        // tokens sampled
+};
+
+class BatchEngine {
+public:
+    // n_ctx: positions each slot holds. prefill_chunk: prompt tokens a step takes while other
+    // sequences decode (>= 1). Throws ShapeError / std::invalid_argument naming a bad value,
+    // Error when the model is closed.
+    BatchEngine(LLMModel& model, int n_slots, int64_t n_ctx, int64_t prefill_chunk);
+    ~BatchEngine();
+    BatchEngine(const BatchEngine&) = delete;
+    BatchEngine& operator=(const BatchEngine&) = delete;
+
+    struct Started {
+        int slot;
+        int64_t cached;  // prompt tokens whose K/V rows were already in the slot
+    };
+    // Starts a sequence on the free slot whose cached tokens share the longest prefix with the
+    // prompt (leaving at least one token to evaluate, which gives the logits), else on the one
+    // used longest ago. top_logprobs: -1 for none, else 0..kMaxTopLogprobs. Throws Error when
+    // every slot is busy, ShapeError when the prompt exceeds n_ctx (naming both), and
+    // std::invalid_argument for an empty prompt, an id outside the vocabulary (naming it and its
+    // index) or bad sampler settings.
+    Started start(const int32_t* prompt, int64_t n, const SamplerParams& params, int top_logprobs);
+
+    // The tokens the slot's next sample may take: bit t % 32 of words[t / 32]; tokens past the
+    // words are excluded. Holds until that sample, then clears. Throws std::invalid_argument for
+    // a slot that is not active or a mask that excludes every token.
+    void set_mask(int slot, const uint32_t* words, int64_t n_words);
+
+    // Ends the slot's sequence; the slot is free and keeps its cached tokens for reuse.
+    void finish(int slot);
+
+    // One forward step over every active sequence. Returns the tokens sampled (one per sequence
+    // that finished its input); empty when nothing is active. A sequence whose cache is full
+    // (n_past(slot) == n_ctx()) must be finished first (ShapeError otherwise). On an exception
+    // every cache is as it was before the step.
+    std::vector<Sampled> step();
+
+    int n_slots() const { return pool_.n_slots(); }
+    int64_t n_ctx() const { return pool_.n_ctx(); }
+    int64_t kv_pool_bytes() const { return pool_.bytes(); }
+    int n_active() const;
+    bool active(int slot) const;
+    // Positions of the slot's cache in use (prompt evaluated so far plus tokens fed back).
+    int64_t n_past(int slot) const;
+    // Prompt tokens the slot has still to evaluate.
+    int64_t pending(int slot) const;
+    const EngineStats& stats() const { return stats_; }
+
+private:
+    struct Slot;
+    Slot& checked(int slot, const char* what);
+    const Slot& checked(int slot, const char* what) const;
+
+    LLMModel& model_;
+    int64_t n_vocab_;
+    int64_t prefill_chunk_;
+    KVPool pool_;
+    std::unique_ptr<Forward> forward_;
+    std::vector<Slot> slots_;
+    int64_t clock_ = 0;  // orders starts (prefill FIFO) and uses (least recently used)
+    EngineStats stats_;
+    // Reused between steps.
+    std::vector<int32_t> ids_;
+    std::vector<float> logits_;
+};
+
+}  // namespace dasllama::serve

@@ -1,0 +1,34 @@
+// The KV pool of a batching engine: one allocation cut into per-slot regions, each region a
+// whole KVCache of n_ctx positions (the layout of llm/kv_cache.h). Every slot gets the full
+// context: the pool is n_slots x one slot's bytes, never one context split between slots.
+// Pages of a region are only touched as its sequence grows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "llm/kv_cache.h"
+#include "llm/model_config.h"
+
+namespace dasllama::serve {
+
+class KVPool {
+public:
+    // Throws ShapeError for n_slots < 1, n_ctx < 1 or a size that overflows, std::bad_alloc
+    // when the allocation fails.
+    KVPool(const ModelConfig& cfg, int n_slots, int64_t n_ctx, KVType type);
+
+    int n_slots() const { return int(caches_.size()); }
+    int64_t n_ctx() const { return n_ctx_; }
+    int64_t slot_bytes() const { return slot_bytes_; }
+    int64_t bytes() const { return slot_bytes_ * n_slots(); }
+    KVCache& slot(int i) { return *caches_[size_t(i)]; }
+
+private:
+    int64_t n_ctx_ = 0, slot_bytes_ = 0;
+    std::unique_ptr<uint8_t[]> arena_;
+    std::vector<std::unique_ptr<KVCache>> caches_;
+};
+
+}  // namespace dasllama::serve
