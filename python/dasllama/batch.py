@@ -175,6 +175,11 @@ class BatchEngine:
         return self._core.kv_pool_bytes
 
     @property
+    def waiting(self) -> int:
+        """Queued requests that the free slots cannot take at the next step."""
+        return max(0, len(self._queue) - (self.slots - self._core.n_active))
+
+    @property
     def has_work(self) -> bool:
         return bool(self._queue or self._active)
 
@@ -220,8 +225,9 @@ class BatchEngine:
         """Queues a request (checked first) and returns its id. Raises QueueFull when max_queue
         requests already wait."""
         self.check(request)
-        if self.max_queue is not None and len(self._queue) >= self.max_queue:
-            raise QueueFull(f"{len(self._queue)} requests are waiting (max_queue="
+        waiting = self.waiting
+        if self.max_queue is not None and waiting >= self.max_queue:
+            raise QueueFull(f"{waiting} requests are waiting for a slot (max_queue="
                             f"{self.max_queue})")
         if request.id < 0:
             request.id = self.new_id()
@@ -365,9 +371,11 @@ class EngineThread:
             if self._stopping:
                 raise RuntimeError("the engine thread is stopped")
             limit = self.engine.max_queue
-            waiting = len(self._inbox) + self._snapshot["queued"]
+            snap = self._snapshot
+            free = snap["slots"] - snap["slots_busy"]
+            waiting = max(0, len(self._inbox) + snap["queued"] - free)
             if limit is not None and waiting >= limit:
-                raise QueueFull(f"{waiting} requests are waiting (max_queue={limit})")
+                raise QueueFull(f"{waiting} requests are waiting for a slot (max_queue={limit})")
             request.id = self.engine.new_id()
             self._inbox.append(request)
             self._cv.notify()
