@@ -1,0 +1,149 @@
+"""`dasllama serve`: the OpenAI-compatible server from the command line.
+
+::
+
+    dasllama serve -m smollm2 --parallel 4 --port 8080
+    dasllama serve -m chat=smollm2 -m ./other.gguf --api-key KEY --cors http://localhost:3000
+
+Each -m is a model name, a .gguf path, or NAME=MODEL to serve it under NAME (the `model`
+field of requests); without a NAME a path is served under its file name's stem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .config import (DEFAULT_CTX, DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE,
+                     DEFAULT_PARALLEL, DEFAULT_PORT, DEFAULT_TIMEOUT_S, ModelSpec, ServerConfig)
+
+__all__ = ["add_serve_parser", "model_specs"]
+
+API_KEY_ENV = "DASLLAMA_API_KEY"
+
+_DESCRIPTION = """Serve models over an OpenAI-compatible HTTP API (/v1/chat/completions,
+/v1/completions, /v1/models, /tokenize, /detokenize, /metrics, /health).
+
+  dasllama serve -m smollm2 --parallel 4 --port 8080
+  dasllama serve -m chat=smollm2 -m ./other.gguf --api-key KEY --cors http://localhost:3000
+
+Each -m is a model name, a .gguf path, or NAME=MODEL to serve it under NAME (the `model`
+field of requests); without a NAME a path is served under its file name's stem."""
+
+
+def model_specs(values) -> list:
+    """ModelSpecs from -m values (NAME, PATH or NAME=MODEL); each model is found now, so a
+    typo fails before the server starts."""
+    from .. import models
+    from ..llm import DEFAULT_MODEL
+
+    specs = []
+    for value in values or [DEFAULT_MODEL]:
+        name, sep, source = value.partition("=")
+        if not sep:
+            name, source = "", value
+        if sep and not name:
+            raise ValueError(f"-m {value!r}: the name before '=' is empty")
+        path = models.find(source)
+        if not name:
+            name = source if source in models.PACKAGED else Path(path).stem
+        specs.append(ModelSpec(name=name, source=str(path)))
+    return specs
+
+
+def _positive(kind):
+    def parse(text):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return parse
+
+
+def _non_negative(kind):
+    def parse(text):
+        value = kind(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        return value
+    return parse
+
+
+def add_serve_parser(sub) -> argparse.ArgumentParser:
+    """Adds the `serve` subcommand to an argparse subparsers object."""
+    p = sub.add_parser("serve", help="serve models over an OpenAI-compatible HTTP API",
+                       description=_DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-m", "--model", action="append", default=None, metavar="MODEL",
+                   help="a model name, a .gguf path, or NAME=MODEL (repeatable; default "
+                        "smollm2)")
+    p.add_argument("--parallel", type=_positive(int), default=DEFAULT_PARALLEL, metavar="N",
+                   help=f"sequences decoded together per model (slots; default "
+                        f"{DEFAULT_PARALLEL})")
+    p.add_argument("--ctx", type=_positive(int), default=DEFAULT_CTX, metavar="N",
+                   help=f"context of each slot in tokens (default {DEFAULT_CTX})")
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help=f"address to bind (default {DEFAULT_HOST}: this machine only)")
+    p.add_argument("--port", type=_non_negative(int), default=DEFAULT_PORT,
+                   help=f"port (default {DEFAULT_PORT})")
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV), metavar="KEY",
+                   help=f"require 'Authorization: Bearer KEY' on every route but /health "
+                        f"(default ${API_KEY_ENV}; none: no auth)")
+    p.add_argument("--cors", default=None, metavar="ORIGINS",
+                   help="allow browsers from these origins (comma-separated, or *); "
+                        "default: CORS off")
+    p.add_argument("--max-queue", type=_non_negative(int), default=DEFAULT_MAX_QUEUE,
+                   metavar="N", help=f"requests that may wait for a slot per model before "
+                                     f"new ones get 503 (default {DEFAULT_MAX_QUEUE})")
+    p.add_argument("--keep-alive", type=_non_negative(float), default=None, metavar="SECONDS",
+                   help="unload a model idle this long; it reloads on the next request "
+                        "(default: keep loaded)")
+    p.add_argument("--threads", type=_positive(int), default=None, metavar="N",
+                   help="worker threads per model (default: one per physical core)")
+    p.add_argument("--device", default=None,
+                   help="cpu, vulkan, vulkan:N or metal (default $DASLLAMA_DEVICE, else cpu)")
+    p.add_argument("--kv-type", default="f16", choices=["f16", "f32", "q8_0"],
+                   help="KV cache element type (default f16)")
+    p.add_argument("--timeout", type=_positive(float), default=DEFAULT_TIMEOUT_S,
+                   metavar="SECONDS", help=f"cancel a generation request after this long "
+                                           f"(default {DEFAULT_TIMEOUT_S:g})")
+    p.add_argument("--max-body", type=_positive(int), default=DEFAULT_MAX_BODY_BYTES,
+                   metavar="BYTES", help=f"largest request body (default "
+                                         f"{DEFAULT_MAX_BODY_BYTES})")
+    p.add_argument("--log-level", default="warning",
+                   choices=["critical", "error", "warning", "info", "debug"],
+                   help="server log level (default warning; info logs every request)")
+    p.set_defaults(run=_cmd_serve)
+    return p
+
+
+def config_from_args(args) -> ServerConfig:
+    cors = None
+    if args.cors:
+        cors = [o.strip() for o in args.cors.split(",") if o.strip()]
+    return ServerConfig(models=model_specs(args.model), host=args.host, port=args.port,
+                        parallel=args.parallel, n_ctx=args.ctx, threads=args.threads,
+                        device=args.device, kv_type=args.kv_type, api_key=args.api_key or None,
+                        cors_origins=cors or None, max_queue=args.max_queue,
+                        keep_alive=args.keep_alive, max_body_bytes=args.max_body,
+                        request_timeout=args.timeout)
+
+
+def _cmd_serve(args) -> int:
+    try:
+        from . import run
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        print(f"dasllama: error: serving needs the server extra (pip install "
+              f"'dasllama[server]'): {e}", file=sys.stderr)
+        return 1
+    config = config_from_args(args)
+    names = ", ".join(m.name for m in config.models)
+    print(f"dasllama serve: http://{config.host}:{config.port}/v1 (models: {names}; "
+          f"{config.parallel} slots of {config.n_ctx} tokens each)", file=sys.stderr, flush=True)
+    run(config, log_level=args.log_level, access_log=args.log_level in ("info", "debug"))
+    return 0

@@ -1,0 +1,245 @@
+"""What chat and completions share: engine requests from a validated body, prompt admission
+against the context, running a Job to the end or as a stream, and token logprobs.
+
+A route handler does: resolve the model and take a lease; turn the body into token ids;
+``admit()`` the prompt (400 when it cannot fit, max_tokens capped by the context);
+``engine_requests()``; ``Job.submit()`` (503 when the queue is full); then ``collect()`` for a
+plain response or ``EventStreamResponse`` over its own chunk generator for a stream. The lease
+and the job are released by whichever of these ends the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable, List, Optional, Sequence
+
+import numpy as np
+from starlette.responses import StreamingResponse
+
+from ..batch import Constraint, Event, Request, SamplingParams, Usage
+from .bridge import Job, watch_disconnect
+from .errors import APIError
+
+__all__ = ["ChoiceResult", "admit", "sampling_params", "engine_requests", "collect",
+           "EventStreamResponse", "token_text", "finish_reason", "usage_of", "SSE_HEADERS"]
+
+log = logging.getLogger("dasllama.server")
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass
+class ChoiceResult:
+    """One choice as it accumulates: text, finish reason, usage, and per token (when logprobs
+    were asked for) (token id, logprob, [(id, logprob)] alternatives)."""
+    text_parts: List[str] = field(default_factory=list)
+    finish: Optional[str] = None
+    usage: Optional[Usage] = None
+    tokens: List[tuple] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+
+def admit(n_prompt: int, n_ctx: int, max_tokens: Optional[int], param: str) -> int:
+    """The max_tokens to run with: at most what the context leaves after the prompt. A prompt
+    that leaves no room (or, for max_tokens 0, does not fit at all) is a 400 naming both
+    counts."""
+    room = n_ctx - n_prompt
+    if room < 0 or (room == 0 and max_tokens != 0):
+        raise APIError(400, f"the prompt has {n_prompt} tokens but the model's context holds "
+                            f"{n_ctx} tokens (n_ctx), which leaves no room to generate; shorten "
+                            f"the {param}", param=param, code="context_length_exceeded")
+    return room if max_tokens is None else min(max_tokens, room)
+
+
+def sampling_params(body, seed_offset: int = 0) -> SamplingParams:
+    """SamplingParams from a body's sampling fields; unset ones keep the engine's defaults.
+    Choice i of a seeded request uses seed + i, so choices differ and each is reproducible."""
+    p = SamplingParams()
+    for name, value in (("temperature", body.temperature), ("top_p", body.top_p),
+                        ("top_k", body.top_k), ("min_p", body.min_p),
+                        ("presence_penalty", body.presence_penalty),
+                        ("frequency_penalty", body.frequency_penalty),
+                        ("repeat_penalty", body.repetition_penalty)):
+        if value is not None:
+            setattr(p, name, value)
+    if body.seed is not None:
+        p.seed = body.seed + seed_offset
+    return p
+
+
+class NoEndOfGeneration:
+    """The constraint behind ignore_eos: every token allowed but the end-of-generation ones
+    (the model's and the chat template's turn ends), so a reply runs to max_tokens."""
+
+    def __init__(self, mask: np.ndarray):
+        self._mask = mask
+
+    @classmethod
+    def for_model(cls, loaded, extra_eog: Sequence[int] = ()) -> "NoEndOfGeneration":
+        mask = loaded.eog_free_mask().copy()
+        for t in extra_eog:
+            mask[t // 32] &= ~np.uint32(1 << (t % 32))
+        return cls(mask)
+
+    def mask(self) -> np.ndarray:
+        return self._mask
+
+    def advance(self, token: int) -> None:
+        pass
+
+    def is_done(self) -> bool:
+        return False
+
+
+def engine_requests(ids: Sequence[int], body, loaded, *, n: int, max_tokens: int,
+                    stop: Sequence[str], extra_eog: Sequence[int] = (),
+                    logprobs: Optional[int] = None,
+                    constraint_factory: Optional[Callable[[], Optional[Constraint]]] = None
+                    ) -> List[Request]:
+    """n engine requests for one prompt (choice i seeded seed + i). constraint_factory makes
+    one constraint per request (a constraint follows one sequence); body.ignore_eos is a
+    constraint too, so the two do not combine."""
+    if body.ignore_eos and constraint_factory is not None:
+        raise APIError(400, "ignore_eos cannot be combined with response_format",
+                       param="ignore_eos", code="unsupported")
+    if body.ignore_eos:
+        no_end = NoEndOfGeneration.for_model(loaded, extra_eog)
+        constraint_factory = lambda: no_end   # noqa: E731 (stateless: shared by the n requests)
+    out = []
+    for i in range(n):
+        out.append(Request(prompt=list(ids), max_tokens=max_tokens,
+                           sampling=sampling_params(body, i), stop=list(stop),
+                           extra_eog=list(extra_eog), logprobs=logprobs,
+                           constraint=constraint_factory() if constraint_factory else None))
+    return out
+
+
+def finish_reason(engine_reason: Optional[str]) -> Optional[str]:
+    """OpenAI's finish_reason for the engine's: a full context is a length stop."""
+    return {"eog": "stop", "stop": "stop", "length": "length", "context": "length",
+            "cancelled": "stop"}.get(engine_reason, engine_reason)
+
+
+def usage_of(results: Sequence[ChoiceResult], n_prompts: int = 1, n: int = 1) -> dict:
+    """Usage over choices: each distinct prompt counted once (its n choices share it), cached
+    tokens the fewest any choice of a prompt reused (not to overstate the reuse)."""
+    prompt = cached = completion = 0
+    for p in range(n_prompts):
+        group = results[p * n:(p + 1) * n]
+        usages = [r.usage for r in group if r.usage is not None]
+        if usages:
+            prompt += usages[0].prompt_tokens
+            cached += min(u.cached_tokens for u in usages)
+        completion += sum(u.completion_tokens for u in usages)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def _raise_event_error(event: Event) -> None:
+    err = event.error
+    if isinstance(err, APIError):
+        raise err
+    if isinstance(err, ValueError):
+        raise APIError(400, str(err), code="invalid_value")
+    raise APIError(500, f"generation failed: {type(err).__name__}: {err}",
+                   code="generation_failed")
+
+
+def apply_event(results: List[ChoiceResult], index: int, event: Event) -> None:
+    """Adds one event to results[index] (raises APIError for an "error" event)."""
+    r = results[index]
+    if event.kind == "error":
+        _raise_event_error(event)
+    if event.text:
+        r.text_parts.append(event.text)
+    if event.kind == "token" and event.logprob is not None:
+        r.tokens.append((event.token, event.logprob, list(event.top_logprobs or [])))
+    if event.kind == "done":
+        r.finish = event.finish_reason
+        r.usage = event.usage
+
+
+async def collect(job: Job, http_request, n_choices: int, on_first_token=None
+                  ) -> List[ChoiceResult]:
+    """Runs the job to its end and returns each choice's result. A client that disconnects
+    meanwhile cancels the job (its slots free at the next step)."""
+    results = [ChoiceResult() for _ in range(n_choices)]
+    watcher = asyncio.ensure_future(watch_disconnect(http_request.receive, job.cancel))
+    reported = False
+    try:
+        async for index, event in job.events():
+            if not reported and job.first_token_at is not None and on_first_token:
+                reported = True
+                on_first_token(job.first_token_at - job.started)
+            apply_event(results, index, event)
+    finally:
+        watcher.cancel()
+        job.cancel()
+    return results
+
+
+class EventStreamResponse(StreamingResponse):
+    """A server-sent event stream that runs `cleanup` (cancel the job, release the lease)
+    however it ends: finished, failed, or cut by a client that went away, even before its
+    first chunk. Disconnects are also watched directly, so a request still waiting for a
+    slot is cancelled too."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, chunks: AsyncIterator[bytes], cleanup: Callable[[], None],
+                 on_disconnect: Callable[[], None]):
+        super().__init__(chunks, headers=SSE_HEADERS)
+        self._cleanup = cleanup
+        self._on_disconnect = on_disconnect
+
+    async def __call__(self, scope, receive, send):
+        watcher = asyncio.ensure_future(watch_disconnect(receive, self._on_disconnect))
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            watcher.cancel()
+            self._cleanup()
+
+
+def token_text(llm, token: int) -> tuple:
+    """(text, bytes) of one token for logprobs: its piece, invalid UTF-8 replaced."""
+    try:
+        raw = bytes(llm.tokenizer.piece(int(token)))
+    except Exception:
+        raw = b""
+    return raw.decode("utf-8", errors="replace"), list(raw)
+
+
+def chat_logprobs(llm, tokens: Sequence[tuple], top_n: int) -> List[dict]:
+    """OpenAI chat logprobs entries for (token, logprob, alternatives) tuples."""
+    out = []
+    for token, logprob, alternatives in tokens:
+        text, raw = token_text(llm, token)
+        top = []
+        for alt, alt_lp in alternatives[:top_n]:
+            alt_text, alt_raw = token_text(llm, alt)
+            top.append({"token": alt_text, "logprob": float(alt_lp), "bytes": alt_raw})
+        out.append({"token": text, "logprob": float(logprob), "bytes": raw,
+                    "top_logprobs": top})
+    return out
+
+
+def completion_logprobs(llm, tokens: Sequence[tuple], top_n: int, offset: int) -> dict:
+    """OpenAI (legacy) completions logprobs for (token, logprob, alternatives) tuples;
+    offset: where the first token's text starts in the choice's text."""
+    out: dict = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for token, logprob, alternatives in tokens:
+        text, _ = token_text(llm, token)
+        out["tokens"].append(text)
+        out["token_logprobs"].append(float(logprob))
+        out["top_logprobs"].append({token_text(llm, a)[0]: float(lp)
+                                    for a, lp in alternatives[:top_n]})
+        out["text_offset"].append(offset)
+        offset += len(text)
+    return out

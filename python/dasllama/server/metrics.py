@@ -1,0 +1,91 @@
+"""Prometheus metrics for GET /metrics.
+
+Per model (label ``model``), read from its engine at each scrape: requests running and queued,
+slots busy and slots, tokens/s generated over the last THROUGHPUT_WINDOW_S, prompt tokens,
+cached prompt tokens, prompt cache hits, generated tokens, KV pool bytes, and whether the model
+is loaded. Per server: HTTP requests by route and status, requests in flight, time to first
+token. Each app has a registry of its own, so several servers in one process do not mix.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+__all__ = ["ServerMetrics", "CONTENT_TYPE_LATEST", "PREFIX"]
+
+PREFIX = "dasllama"
+
+# Time-to-first-token buckets (seconds): a loaded CPU server spans milliseconds to tens of s.
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+_GAUGES = (   # engine stats key, metric name, help
+    ("running", "requests_running", "Requests being decoded (holding a slot)."),
+    ("queued", "requests_queued", "Requests waiting for a free slot."),
+    ("slots_busy", "slots_busy", "Slots holding an active sequence."),
+    ("slots", "slots", "Slots of the model's batching engine."),
+    ("kv_pool_bytes", "kv_pool_bytes", "Bytes of the shared KV pool."),
+)
+_COUNTERS = (
+    ("prompt_tokens", "prompt_tokens", "Prompt tokens of finished and running requests."),
+    ("cached_tokens", "prompt_cached_tokens", "Prompt tokens reused from a slot's cache."),
+    ("prompt_cache_hits", "prompt_cache_hits", "Requests that reused a cached prefix."),
+    ("generated_tokens", "generated_tokens", "Tokens generated."),
+)
+
+
+class _EngineCollector:
+    """Reads every model's engine stats at scrape time."""
+
+    def __init__(self, registry_of_models):
+        self._models = registry_of_models
+
+    def collect(self):
+        loaded = GaugeMetricFamily(f"{PREFIX}_model_loaded",
+                                   "1 while the model is loaded, else 0.", labels=["model"])
+        tps = GaugeMetricFamily(f"{PREFIX}_generation_tokens_per_second",
+                                "Tokens generated per second over the last 10 s.",
+                                labels=["model"])
+        gauges = {key: GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
+                  for key, name, doc in _GAUGES}
+        counters = {key: CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
+                    for key, name, doc in _COUNTERS}
+        for entry in self._models.entries():
+            loaded.add_metric([entry.name], 1.0 if entry.state == "ready" else 0.0)
+            stats = entry.stats()
+            if stats is None:
+                continue
+            tps.add_metric([entry.name], entry.tokens_per_second())
+            for key, family in gauges.items():
+                family.add_metric([entry.name], float(stats.get(key, 0)))
+            for key, family in counters.items():
+                family.add_metric([entry.name], float(stats.get(key, 0)))
+        yield loaded
+        yield tps
+        yield from gauges.values()
+        yield from counters.values()
+
+
+class ServerMetrics:
+    """The app's metrics: .registry (a prometheus CollectorRegistry), HTTP counters, TTFT."""
+
+    def __init__(self, models):
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_EngineCollector(models))
+        self.http_requests = Counter(f"{PREFIX}_http_requests", "HTTP requests answered.",
+                                     ["route", "status"], registry=self.registry)
+        self.in_flight = Gauge(f"{PREFIX}_http_requests_in_flight",
+                               "HTTP requests being answered.", registry=self.registry)
+        self.ttft = Histogram(f"{PREFIX}_time_to_first_token_seconds",
+                              "Seconds from a generation request's arrival to its first token.",
+                              ["model"], buckets=TTFT_BUCKETS, registry=self.registry)
+        self.started = time.time()
+
+    def observe_ttft(self, model: str, seconds: float) -> None:
+        self.ttft.labels(model=model).observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,149 @@
+"""POST /v1/completions: continue one or several prompts (strings or token ids), n choices
+each, with echo and logprobs of the generated tokens."""
+
+from __future__ import annotations
+
+import json
+from typing import List
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from ..bridge import SSE_DONE, Job, RequestTimeout, sse
+from ..errors import APIError
+from ..generation import (ChoiceResult, EventStreamResponse, admit, apply_event, collect,
+                          completion_logprobs, engine_requests, finish_reason, usage_of)
+from ..schemas import Completion, CompletionRequest
+from .common import config_of, metrics_of, new_id, now, registry_of
+
+router = APIRouter()
+
+
+def _check_unsupported(body: CompletionRequest) -> None:
+    if body.suffix:
+        raise APIError(400, "suffix (fill-in-the-middle) is not supported by this server",
+                       param="suffix", code="unsupported")
+    if body.best_of is not None and body.best_of != body.n:
+        raise APIError(400, "best_of other than n is not supported by this server",
+                       param="best_of", code="unsupported")
+    if body.logit_bias:
+        raise APIError(400, "logit_bias is not supported by this server", param="logit_bias",
+                       code="unsupported")
+    if body.echo and body.logprobs is not None:
+        raise APIError(400, "echo with logprobs (logprobs of the prompt's tokens) is not "
+                            "supported by this server", param="echo", code="unsupported")
+
+
+def _prompt_ids(llm, prompts: list) -> List[tuple]:
+    """(token ids, prompt text) per prompt; 400 naming the prompt that is empty or holds a
+    token outside the vocabulary."""
+    out, n_vocab = [], llm.n_vocab
+    for i, p in enumerate(prompts):
+        where = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
+        if isinstance(p, str):
+            ids = llm.tokenize(p, add_special=True, parse_special=False)
+            if not ids:
+                raise APIError(400, f"{where} has no tokens", param=where, code="invalid_value")
+            out.append((ids, p))
+            continue
+        for j, t in enumerate(p):
+            if not 0 <= t < n_vocab:
+                raise APIError(400, f"{where}[{j}]: token id {t} is outside the vocabulary "
+                                    f"[0, {n_vocab})", param=where, code="invalid_value")
+        out.append((list(p), None))
+    return out
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request):
+    registry = registry_of(request)
+    entry = registry.resolve(body.model)
+    _check_unsupported(body)
+    lease = registry.lease(entry)
+    loaded = await lease.__aenter__()
+    try:
+        llm = loaded.llm
+        prompts = await run_in_threadpool(_prompt_ids, llm, body.prompts())
+        requests, echoes = [], []
+        for i, (ids, text) in enumerate(prompts):
+            where = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
+            max_tokens = admit(len(ids), loaded.n_ctx, body.max_tokens, where)
+            requests += engine_requests(ids, body, loaded, n=body.n, max_tokens=max_tokens,
+                                        stop=body.stop_list(), logprobs=body.logprobs)
+            if body.echo:
+                echo = text if text is not None else await run_in_threadpool(llm.detokenize, ids)
+            else:
+                echo = ""
+            echoes += [echo] * body.n
+        job = Job(loaded.thread, config_of(request).request_timeout)
+        job.submit(requests)
+    except BaseException:
+        lease.release()
+        raise
+    observe = lambda s: metrics_of(request).observe_ttft(entry.name, s)  # noqa: E731
+    n_prompts = len(prompts)
+    if body.stream:
+        def cleanup():
+            job.cancel()
+            lease.release()
+        return EventStreamResponse(_chunks(body, entry.name, llm, echoes, n_prompts, job,
+                                           observe), cleanup=cleanup, on_disconnect=job.cancel)
+    try:
+        results = await collect(job, request, len(requests), observe)
+    finally:
+        lease.release()
+    choices = []
+    for i, r in enumerate(results):
+        logprobs = (completion_logprobs(llm, r.tokens, body.logprobs, len(echoes[i]))
+                    if body.logprobs is not None else None)
+        choices.append({"index": i, "text": echoes[i] + r.text, "logprobs": logprobs,
+                        "finish_reason": finish_reason(r.finish)})
+    return Completion(id=new_id("cmpl"), created=now(), model=entry.name, choices=choices,
+                      usage=usage_of(results, n_prompts, body.n))
+
+
+def _chunk(cid: str, created: int, model: str, choices: list, usage=None) -> bytes:
+    payload = {"id": cid, "object": "text_completion", "created": created, "model": model,
+               "choices": choices}
+    if usage is not None:
+        payload["usage"] = usage
+    return sse(json.dumps(payload, ensure_ascii=False))
+
+
+async def _chunks(body: CompletionRequest, model: str, llm, echoes: list, n_prompts: int,
+                  job: Job, observe):
+    cid, created = new_id("cmpl"), now()
+    results = [ChoiceResult() for _ in echoes]
+    offsets = [len(e) for e in echoes]
+    for i, echo in enumerate(echoes):
+        if echo:
+            yield _chunk(cid, created, model, [{"index": i, "text": echo, "logprobs": None,
+                                                "finish_reason": None}])
+    reported = False
+    try:
+        async for index, event in job.events():
+            if not reported and job.first_token_at is not None:
+                reported = True
+                observe(job.first_token_at - job.started)
+            apply_event(results, index, event)
+            logprobs = None
+            if body.logprobs is not None and event.kind == "token" and event.logprob is not None:
+                logprobs = completion_logprobs(llm, [results[index].tokens[-1]], body.logprobs,
+                                               offsets[index])
+                offsets[index] += len(logprobs["tokens"][0])
+            if event.text or logprobs:
+                yield _chunk(cid, created, model, [{"index": index, "text": event.text,
+                                                    "logprobs": logprobs,
+                                                    "finish_reason": None}])
+            if event.kind == "done":
+                yield _chunk(cid, created, model, [{"index": index, "text": "",
+                                                    "logprobs": None,
+                                                    "finish_reason": finish_reason(
+                                                        event.finish_reason)}])
+    except (APIError, RequestTimeout) as e:
+        job.cancel()
+        yield sse(json.dumps(e.body()))
+        return
+    if body.stream_options is not None and body.stream_options.include_usage:
+        yield _chunk(cid, created, model, [], usage=usage_of(results, n_prompts, body.n))
+    yield SSE_DONE

@@ -1,0 +1,83 @@
+"""GET /health, GET /v1/models, GET /v1/models/{id}, GET /metrics, POST /tokenize,
+POST /detokenize."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from ..errors import APIError, error_body
+from ..metrics import CONTENT_TYPE_LATEST
+from ..schemas import (DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
+                       TokenizeRequest, TokenizeResponse)
+from .common import metrics_of, registry_of
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(request: Request):
+    """200 {"status": "ok"} when every model is ready (or unloaded for keep-alive, which
+    reloads on demand); 503 with the reason while one loads or after a load failed."""
+    ready, reason = registry_of(request).health()
+    if ready:
+        return {"status": "ok"}
+    body = error_body(reason, "unavailable_error", None, "not_ready")
+    body["status"] = "loading" if reason.startswith("loading") else "error"
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+
+
+def _card(entry) -> ModelCard:
+    loaded = entry.loaded if entry.state == "ready" else None
+    return ModelCard(id=entry.name, created=entry.created, kind=entry.kind, status=entry.state,
+                     n_ctx=getattr(loaded, "n_ctx", None) or entry.spec.n_ctx,
+                     slots=getattr(loaded, "slots", None) or entry.spec.slots)
+
+
+@router.get("/v1/models", response_model=ModelList)
+async def list_models(request: Request):
+    return ModelList(data=[_card(e) for e in registry_of(request).entries()])
+
+
+@router.get("/v1/models/{model_id:path}", response_model=ModelCard)
+async def get_model(model_id: str, request: Request):
+    entry = registry_of(request).get(model_id)
+    if entry is None:
+        raise APIError(404, f"the model {model_id!r} does not exist on this server",
+                       param="model", code="model_not_found")
+    return _card(entry)
+
+
+@router.get("/metrics")
+async def metrics(request: Request):
+    return Response(metrics_of(request).exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.post("/tokenize", response_model=TokenizeResponse)
+async def tokenize(body: TokenizeRequest, request: Request):
+    registry = registry_of(request)
+    entry = registry.resolve(body.model)
+    async with registry.lease(entry) as loaded:
+        llm = loaded.llm
+        ids = await run_in_threadpool(llm.tokenize, body.content, body.add_special,
+                                      body.parse_special)
+        tokens = ids
+        if body.with_pieces:
+            tokens = [{"id": t, "piece": bytes(llm.tokenizer.piece(t)).decode("utf-8", "replace")}
+                      for t in ids]
+        return TokenizeResponse(tokens=tokens, count=len(ids), max_model_len=loaded.n_ctx)
+
+
+@router.post("/detokenize", response_model=DetokenizeResponse)
+async def detokenize(body: DetokenizeRequest, request: Request):
+    registry = registry_of(request)
+    entry = registry.resolve(body.model)
+    async with registry.lease(entry) as loaded:
+        n_vocab = loaded.llm.n_vocab
+        for i, t in enumerate(body.tokens):
+            if not 0 <= t < n_vocab:
+                raise APIError(400, f"tokens[{i}]: token id {t} is outside the vocabulary "
+                                    f"[0, {n_vocab})", param=f"tokens[{i}]", code="invalid_value")
+        text = await run_in_threadpool(loaded.llm.detokenize, body.tokens)
+        return DetokenizeResponse(content=text)
