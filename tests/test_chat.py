@@ -87,6 +87,55 @@ def test_bad_messages(messages, text):
         validate_messages(messages)
 
 
+TOOL_TURNS = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
+]
+
+
+def test_tool_calls_and_tool_results_are_valid_messages():
+    out = validate_messages(TOOL_TURNS)
+    assert out[1]["content"] is None and out[2]["content"] is None   # absent becomes None
+    assert out[1]["tool_calls"] == TOOL_TURNS[1]["tool_calls"]
+    assert out[3]["tool_call_id"] == "call_1"
+    # templates see them as they are
+    t = ("{% for m in messages %}{{ m.role }}:{{ m.content }}:{{ m.tool_calls | length }};"
+         "{% endfor %}")
+    assert ChatFormat.from_model(t).render(TOOL_TURNS, add_generation_prompt=False) == \
+        "user:Weather in Paris?:0;assistant:None:1;assistant:None:1;tool:18 C:0;"
+    # the fallbacks render a content-less assistant turn as empty
+    assert ChatFormat.from_model(None).render(TOOL_TURNS[:2]) == \
+        "user: Weather in Paris?\nassistant: \nassistant:"
+    gemma = ChatFormat.from_model(None, has_token={"<start_of_turn>", "<end_of_turn>"}.__contains__)
+    assert "<start_of_turn>model\n<end_of_turn>" in gemma.render(TOOL_TURNS[:2])
+
+
+@pytest.mark.parametrize("message,text", [
+    ({"role": "user", "content": "x", "tool_calls": []},
+     r"messages\[0\]\['tool_calls'\] belongs on an assistant message, not role 'user'"),
+    ({"role": "assistant", "content": None, "tool_calls": "f()"},
+     r"\['tool_calls'\] must be a list"),
+    ({"role": "assistant", "content": None, "tool_calls": []},
+     r"messages\[0\]\['content'\] must be a string, got None"),    # no calls: content needed
+    ({"role": "assistant", "tool_calls": [{"name": "f"}]},
+     r"\['tool_calls'\]\[0\]\['function'\] must be a dict"),
+    ({"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]},
+     r"\['function'\]\['name'\] must be a non-empty string, got None"),
+    ({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": [1]}}]},
+     r"\['arguments'\] must be a JSON string or a dict, got list"),
+    ({"role": "tool", "tool_call_id": 7, "content": "18 C"},
+     r"messages\[0\]\['tool_call_id'\] must be a string, got 7"),
+    ({"role": 3, "content": "x"}, r"messages\[0\]\['role'\] must be a string, got 3"),
+])
+def test_bad_tool_messages(message, text):
+    with pytest.raises(ValueError, match=text):
+        validate_messages([message])
+
+
 @needs_model
 def test_smollm2_chat_reuses_the_previous_turn(real_model):
     with dasllama.LLM(real_model("smollm2"), n_ctx=1024) as llm:

@@ -8,24 +8,34 @@ import random
 import numpy as np
 import pytest
 
-jsonschema = pytest.importorskip("jsonschema", reason="the test extra's jsonschema validates outputs")
-llguidance = pytest.importorskip("llguidance", reason="constrained decoding needs llguidance")
-from llguidance.numpy import allocate_token_bitmask, apply_token_bitmask_inplace, \
-    fill_next_token_bitmask  # noqa: E402
+from requires import require
 
-import dasllama  # noqa: E402
-from dasllama.errors import DasllamaError  # noqa: E402
-from dasllama.grammar import (GrammarError, check_response_format,  # noqa: E402
-                              constraint_for_json_schema, constraint_for_lark,
-                              constraint_for_response_format, json_schema_grammar,
-                              llguidance_tokenizer)
-from dasllama.testing import write_random_model  # noqa: E402
+try:    # both in the test extra; the fixture below fails under CI or skips, saying why
+    import jsonschema
+    import llguidance
+    from llguidance.numpy import (allocate_token_bitmask, apply_token_bitmask_inplace,
+                                  fill_next_token_bitmask)
+except ImportError:
+    pass
+
+import dasllama
+from dasllama.errors import DasllamaError
+from dasllama.grammar import (GrammarError, check_response_format, constraint_for_json_schema,
+                              constraint_for_lark, constraint_for_response_format,
+                              json_schema_grammar, llguidance_tokenizer)
+from dasllama.testing import write_random_model
 
 # Tokens one generation may take: the schemas below bound every string, integer and array, so a
 # complete object fits well inside this (they take 20-150 tokens); an output that does not
 # finish within it fails the test.
 MAX_TOKENS = 400
 N_SCHEMAS = 20
+
+
+@pytest.fixture(scope="module", autouse=True)
+def packages():
+    require("jsonschema")
+    require("llguidance")
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +95,8 @@ def leaf_schema(rng: random.Random) -> dict:
         lo = rng.randint(-50, 50)
         return {"type": "integer", "minimum": lo, "maximum": lo + rng.randint(0, 500)}
     if kind == "enum":
-        return {"enum": rng.sample(["red", "green", "blue", 1, 2, 3, None, True], rng.randint(1, 4))}
+        values = ["red", "green", "blue", 1, 2, 3, None, True]
+        return {"enum": rng.sample(values, rng.randint(1, 4))}
     if kind == "boolean":
         return {"type": "boolean"}
     if kind == "nullable":
@@ -305,8 +316,8 @@ def test_unsupported_schemas_raise(llm, schema, text):
     ({"type": "json_schema", "json_schema": {"name": 5, "schema": {}}}, "name must be a string"),
     ({"type": "json_schema", "json_schema": {"schema": {}, "strict": "yes"}},
      "strict must be a boolean"),
-    ({"type": "json_schema", "json_schema": {"schema": {"type": "number", "maximum": float("nan")}}},
-     "not JSON"),
+    ({"type": "json_schema", "json_schema": {"schema": {"type": "number",
+                                                        "maximum": float("nan")}}}, "not JSON"),
 ])
 def test_malformed_response_formats_raise(llm, rf, text):
     with pytest.raises(GrammarError, match=text):

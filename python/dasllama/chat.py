@@ -37,7 +37,9 @@ class ChatTemplateError(DasllamaError, ValueError):
 
 def validate_messages(messages) -> list:
     """The messages as a list of dicts, each with a string ``role`` and string ``content``;
-    ValueError naming the first bad entry otherwise."""
+    ValueError naming the first bad entry otherwise. Tool use: an assistant message may carry
+    ``tool_calls`` (a list of {"function": {"name", "arguments"}}; its content may then be None
+    or absent), and a message may carry a string ``tool_call_id`` (a ``tool`` role's result)."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise ValueError(f"messages must be a list of {{'role': ..., 'content': ...}} dicts, "
                          f"got {type(messages).__name__}")
@@ -47,11 +49,37 @@ def validate_messages(messages) -> list:
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise ValueError(f"messages[{i}] must be a dict, got {type(m).__name__}")
-        for key in ("role", "content"):
-            if not isinstance(m.get(key), str):
-                raise ValueError(f"messages[{i}][{key!r}] must be a string, got {m.get(key)!r}")
-        out.append(dict(m))
+        if not isinstance(m.get("role"), str):
+            raise ValueError(f"messages[{i}]['role'] must be a string, got {m.get('role')!r}")
+        calls = m.get("tool_calls")
+        if calls is not None:
+            _check_tool_calls(i, m["role"], calls)
+        if not isinstance(m.get("content"), str) and not (calls and m.get("content") is None):
+            raise ValueError(f"messages[{i}]['content'] must be a string, got {m.get('content')!r}")
+        if m.get("tool_call_id") is not None and not isinstance(m["tool_call_id"], str):
+            raise ValueError(f"messages[{i}]['tool_call_id'] must be a string, got "
+                             f"{m['tool_call_id']!r}")
+        out.append(dict(m, content=m.get("content")))
     return out
+
+
+def _check_tool_calls(i: int, role: str, calls):
+    if role != "assistant":
+        raise ValueError(f"messages[{i}]['tool_calls'] belongs on an assistant message, not "
+                         f"role {role!r}")
+    if not isinstance(calls, list):
+        raise ValueError(f"messages[{i}]['tool_calls'] must be a list, got {type(calls).__name__}")
+    for k, call in enumerate(calls):
+        where = f"messages[{i}]['tool_calls'][{k}]"
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict):
+            raise ValueError(f"{where}['function'] must be a dict with 'name' and 'arguments'")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ValueError(f"{where}['function']['name'] must be a non-empty string, got "
+                             f"{fn.get('name')!r}")
+        if not isinstance(fn.get("arguments", "{}"), (str, dict)):
+            raise ValueError(f"{where}['function']['arguments'] must be a JSON string or a dict, "
+                             f"got {type(fn['arguments']).__name__}")
 
 
 def _raise_exception(message):
@@ -135,7 +163,8 @@ def _render_gemma(messages: list, add_generation_prompt: bool) -> str:
     for i, m in enumerate(messages):
         role = "model" if m["role"] == "assistant" else m["role"]
         prefix = system if i == 0 else ""
-        parts.append(f"{GEMMA_TURN_START}{role}\n{prefix}{m['content'].strip()}{GEMMA_TURN_END}\n")
+        content = (m["content"] or "").strip()   # None: an assistant turn of tool calls only
+        parts.append(f"{GEMMA_TURN_START}{role}\n{prefix}{content}{GEMMA_TURN_END}\n")
     if not messages and system:
         parts.append(f"{GEMMA_TURN_START}user\n{system.rstrip()}{GEMMA_TURN_END}\n")
     if add_generation_prompt:
@@ -144,5 +173,5 @@ def _render_gemma(messages: list, add_generation_prompt: bool) -> str:
 
 
 def _render_plain(messages: list, add_generation_prompt: bool) -> str:
-    text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+    text = "".join(f"{m['role']}: {m['content'] or ''}\n" for m in messages)
     return text + ("assistant:" if add_generation_prompt else "")

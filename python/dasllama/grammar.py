@@ -17,6 +17,8 @@ Public API (what the server calls):
   ``response_format`` without a model and returns the JSON schema to enforce (None for
   ``{"type": "text"}`` or None). Raises GrammarError naming the field for a malformed value or a
   schema that cannot be enforced (unsupported keyword, remote ``$ref``, unsatisfiable bounds).
+- ``check_json_schema(schema, what="schema")``: the same check for a bare schema (tool
+  parameters); ``what`` names it in the message.
 - ``constraint_for_response_format(llm_or_tokenizer, response_format, *, extra_eog=()) ->
   GrammarConstraint | None``: the same checks, then a constraint for one request (None when
   nothing is to be enforced).
@@ -59,7 +61,7 @@ import numpy as np
 
 from .errors import DasllamaError
 
-__all__ = ["GrammarError", "GrammarConstraint", "check_response_format",
+__all__ = ["GrammarError", "GrammarConstraint", "check_response_format", "check_json_schema",
            "constraint_for_response_format", "constraint_for_json_schema", "constraint_for_lark",
            "json_schema_grammar", "llguidance_tokenizer", "JSON_WHITESPACE"]
 
@@ -270,8 +272,9 @@ class GrammarConstraint:
                                    f"was complete (after {self.tokens} tokens)")
             self._ended = True
         elif not 0 <= token < self._n_tok or not self._m.consume_token(token):
+            why = f": {self._m.get_error()}" if self._m.is_error() else ""
             raise GrammarError(f"token {token} is not allowed by the grammar here (after "
-                               f"{self.tokens} tokens){': ' + self._m.get_error() if self._m.is_error() else ''}")
+                               f"{self.tokens} tokens){why}")
         self.tokens += 1
 
     def is_done(self) -> bool:
@@ -301,7 +304,7 @@ def json_schema_grammar(schema: Any, what: str = "schema") -> str:
         raise GrammarError(f"{what} must be a JSON schema object, got {type(schema).__name__}")
     try:
         text = json.dumps(schema, allow_nan=False)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise GrammarError(f"{what} is not JSON: {e}") from None
     try:
         return _llguidance().LLMatcher.grammar_from_json_schema(
@@ -318,13 +321,18 @@ def _validate_grammar(grammar: str, what: str):
         raise GrammarError(f"{what} cannot be enforced: {'; '.join(messages)}")
 
 
+def check_json_schema(schema, what: str = "schema") -> None:
+    """GrammarError naming what when schema cannot be enforced; needs no model."""
+    _validate_grammar(json_schema_grammar(schema, what), what)
+
+
 def check_response_format(response_format) -> Optional[dict]:
     """The JSON schema a response_format asks for ({"type": "object"} for json_object), or None
     for {"type": "text"} / None; GrammarError naming the field for anything malformed or a
     schema that cannot be enforced. Needs no model."""
     schema, what = _schema_of(response_format)
     if schema is not None:
-        _validate_grammar(json_schema_grammar(schema, what), what)
+        check_json_schema(schema, what)
     return schema
 
 
