@@ -260,6 +260,12 @@ void attend_block(const AttentionShape& s, const float* q, int64_t h, int64_t t0
 
 void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_t pos0,
                const KVSource& kv, float* out, ThreadPool& pool, AttentionScratch& scratch) {
+    const AttentionJob job{q, n_tokens, pos0, &kv, out};
+    attention_batch(s, &job, 1, pool, scratch);
+}
+
+void attention_batch(const AttentionShape& s, const AttentionJob* jobs, int n_jobs,
+                     ThreadPool& pool, AttentionScratch& scratch) {
     if (pool.size() > scratch.n_threads() || scratch.head_dim() != s.head_dim ||
         scratch.head_dim_v() != s.head_dim_v)
         throw ShapeError("attention: scratch made for " + std::to_string(scratch.n_threads()) +
@@ -270,20 +276,31 @@ void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_
     if (s.n_head_kv <= 0 || s.n_head % s.n_head_kv)
         throw ShapeError("attention: " + std::to_string(s.n_head) + " query heads cannot share " +
                          std::to_string(s.n_head_kv) + " kv heads");
-    const int64_t n_qblocks = (n_tokens + kQueryBlock - 1) / kQueryBlock;
-    const int64_t n_items = s.n_head * n_qblocks;
+    // Work items, job after job: (query block, head), a job's later query blocks (which see
+    // more keys) first, handed out one at a time.
+    std::vector<int64_t> first_item(size_t(n_jobs) + 1, 0);
+    for (int j = 0; j < n_jobs; ++j) {
+        const int64_t n_qblocks = (jobs[j].n_tokens + kQueryBlock - 1) / kQueryBlock;
+        first_item[size_t(j) + 1] = first_item[size_t(j)] + s.n_head * n_qblocks;
+    }
+    const int64_t n_items = first_item[size_t(n_jobs)];
+    if (n_items == 0) return;
     auto* dot = dot::active().f32;
     auto* axpy_fn = ops::active().axpy;
-    // Later query blocks see more keys: hand out items one at a time, longest first.
     std::atomic<int64_t> next{0};
     pool.run([&](int thread, int) {
         float* area = scratch.thread_area(thread);
+        int j = 0;
         for (int64_t item = next++; item < n_items; item = next++) {
-            const int64_t qb = n_qblocks - 1 - item / s.n_head;
-            const int64_t h = item % s.n_head;
+            while (item >= first_item[size_t(j) + 1]) ++j;  // items are taken in order
+            const AttentionJob& job = jobs[j];
+            const int64_t local = item - first_item[size_t(j)];
+            const int64_t n_qblocks = (job.n_tokens + kQueryBlock - 1) / kQueryBlock;
+            const int64_t qb = n_qblocks - 1 - local / s.n_head;
+            const int64_t h = local % s.n_head;
             const int64_t t0 = qb * kQueryBlock;
-            attend_block(s, q, h, t0, std::min(t0 + kQueryBlock, n_tokens), pos0, kv, out, area,
-                         dot, axpy_fn);
+            attend_block(s, job.q, h, t0, std::min(t0 + kQueryBlock, job.n_tokens), job.pos0,
+                         *job.kv, job.out, area, dot, axpy_fn);
         }
     });
 }

@@ -128,4 +128,17 @@ private:
 void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_t pos0,
                const KVSource& kv, float* out, ThreadPool& pool, AttentionScratch& scratch);
 
+// attention() of several independent query runs (the sequences of a batched step, each over its
+// own cache) as one job on the pool: a decode step's single queries are too small to be worth a
+// pool round each.
+struct AttentionJob {
+    const float* q;
+    int64_t n_tokens;
+    int64_t pos0;
+    const KVSource* kv;
+    float* out;
+};
+void attention_batch(const AttentionShape& s, const AttentionJob* jobs, int n_jobs,
+                     ThreadPool& pool, AttentionScratch& scratch);
+
 }  // namespace dasllama::cpu

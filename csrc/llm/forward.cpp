@@ -221,17 +221,22 @@ void Forward::attention_layer(int il, int64_t n, int64_t first, const SequenceRo
     s.scale = cfg_.attn_scale;
     s.window = lc.sliding ? cfg_.sliding_window : 0;
     const int64_t attn_dim = cfg_.n_head * cfg_.head_dim_v;
+    views_.clear();
+    jobs_.clear();
     for (int i = 0, row = 0; i < n_seqs; row += int(seqs[i].n), ++i) {
         KVCache& cache = *seqs[i].cache;
         cache.kv_cache_append_rows(il, pos0[i], seqs[i].n, k + row * cfg_.k_dim(),
                                    v + row * cfg_.v_dim());
+        views_.push_back(cache.layer(il));
+    }
+    for (int i = 0, row = 0; i < n_seqs; row += int(seqs[i].n), ++i) {
         // This sequence's query rows: those of [row, row + n) at or after `first`.
         const int64_t q0 = std::max<int64_t>(row, first), q1 = row + seqs[i].n;
-        if (q0 >= q1) continue;
-        const KVCache::LayerView view = cache.layer(il);
-        cpu::attention(s, q + (q0 - first) * cfg_.q_dim(), q1 - q0, pos0[i] + (q0 - row), view,
-                       attn_.data() + (q0 - first) * attn_dim, pool, attn_scratch_);
+        if (q0 < q1)
+            jobs_.push_back({q + (q0 - first) * cfg_.q_dim(), q1 - q0, pos0[i] + (q0 - row),
+                             &views_[size_t(i)], attn_.data() + (q0 - first) * attn_dim});
     }
+    cpu::attention_batch(s, jobs_.data(), int(jobs_.size()), pool, attn_scratch_);
     mm(l.wo, attn_.data(), nq, out_.data(), pool);
 }
 

@@ -11,6 +11,7 @@
 
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
+#include "llm/kv_cache.h"
 #include "llm/model_config.h"
 #include "llm/weights.h"
 
@@ -94,6 +95,8 @@ private:
     std::vector<float> gate_, up_;  // [n_ff] or [n_ff_exp]
     std::vector<RopeTable> ropes_;  // one per distinct (base, scale) of the layers
     std::vector<int64_t> seq_pos0_; // first position of each sequence of a chunk
+    std::vector<KVCache::LayerView> views_;   // per sequence of a chunk, the layer's cache
+    std::vector<cpu::AttentionJob> jobs_;
     cpu::AttentionScratch attn_scratch_;
 
     // MoE routing, [max_batch, ...].
