@@ -315,3 +315,53 @@ def test_embed_equals_reference_hidden_states(model_path):
     assert n_past == 0
     with pytest.raises(ValueError, match="pooling must be one of"):
         LLM(path, n_ctx=64).embed(ids, pooling="max")
+
+
+class FailsAfter:
+    """A constraint whose matcher rejects the third token (as a grammar that hits a bug would)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def mask(self):
+        return None
+
+    def advance(self, token):
+        self.n += 1
+        if self.n == 3:
+            raise ValueError("matcher rejected token")
+
+    def is_done(self):
+        return False
+
+
+def test_failing_constraint_ends_only_its_request(llm):
+    engine = BatchEngine(llm, slots=2)
+    greedy = SamplingParams(temperature=0)
+    res = _run(engine, [Request(prompt=llm.tokenize(PROMPTS[0]), max_tokens=12, sampling=greedy,
+                                constraint=FailsAfter()),
+                        Request(prompt=llm.tokenize(PROMPTS[1]), max_tokens=12, sampling=greedy)])
+    (_, bad), (good_text, good) = res.values()
+    assert bad.kind == "error" and "matcher rejected" in str(bad.error)
+    assert bad.usage.completion_tokens == 3
+    assert good.kind == "done" and good_text == llm.generate(PROMPTS[1], max_tokens=12, temperature=0)
+
+
+def test_gpu_model_batch_seat_declines_and_the_cpu_serves(model_path):
+    from gpu_helpers import SPEC, _unavailable
+    from dasllama.errors import DeviceError
+    try:
+        llm = LLM(model_path(), n_ctx=256, threads=2, device=SPEC)
+    except DeviceError as e:
+        _unavailable(f"no Vulkan device {SPEC!r}: {e}")
+    with llm:
+        ref = LLM(model_path(), n_ctx=256, threads=2)
+        want = [ref.generate(p, max_tokens=6, temperature=0) for p in PROMPTS[:2]]
+        engine = BatchEngine(llm, slots=2)
+        res = _run(engine, [Request(prompt=llm.tokenize(p), max_tokens=6,
+                                    sampling=SamplingParams(temperature=0)) for p in PROMPTS[:2]])
+        seat = engine.stats["seats"]["batch"]
+        assert seat["served"] == 0
+        assert seat["declined"]["shape"] == engine.stats["steps"] > 0
+        assert [t for t, _ in res.values()] == want
+        assert "seats" not in BatchEngine(ref, slots=1).stats

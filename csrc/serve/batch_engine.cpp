@@ -70,6 +70,12 @@ BatchEngine::BatchEngine(LLMModel& model, int n_slots, int64_t n_ctx, int64_t pr
         return 0;
     });
     slots_.resize(size_t(n_slots));
+    on_device_ = model.device_name() != "cpu";
+}
+
+std::map<std::string, gpu::SeatStats> BatchEngine::seat_stats() const {
+    if (!on_device_) return {};
+    return {{"batch", batch_seat_}};
 }
 
 BatchEngine::~BatchEngine() = default;
@@ -219,6 +225,7 @@ std::vector<Sampled> BatchEngine::step() {
     int64_t n_want = 0;
     for (const SequenceRows& q : seqs) n_want += q.want_logits ? 1 : 0;
     logits_.resize(size_t(n_want * n_vocab_));
+    if (on_device_) batch_seat_.decline(gpu::Decline::shape);
     try {
         model_.with_cpu_parts([&](const LLMModel::CpuParts& p) {
             forward_->run_batch(ids_.data(), seqs.data(), int(seqs.size()), p.pool, p.precision,

@@ -12,6 +12,10 @@
 // sampled one): with batch-invariant kernels (each output row depends on its own input row only,
 // cpu/matmul.h) the same seed gives the same tokens whatever else is in the batch.
 //
+// On a model opened on a GPU the step is the seat "batch": the device kernels take one sequence
+// at a time today, so it declines with reason "shape" and the step runs on the CPU chain (the
+// engine's KV pool is on the host); seat_stats() counts it.
+//
 // Stopping is the caller's: it calls finish(slot) after a token it does not want to continue
 // from (end of generation, a stop string, max_tokens, n_past(slot) == n_ctx()).
 // Not thread-safe: one caller at a time (the Python wrapper owns it). The model's lock is held
@@ -19,9 +23,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "gpu/seat.h"
 #include "llm/sampler.h"
 #include "serve/kv_pool.h"
 
@@ -105,6 +112,8 @@ public:
     // Prompt tokens the slot has still to evaluate.
     int64_t pending(int slot) const;
     const EngineStats& stats() const { return stats_; }
+    // {"batch": counters} on a model opened on a GPU; empty on the CPU.
+    std::map<std::string, gpu::SeatStats> seat_stats() const;
 
 private:
     struct Slot;
@@ -119,6 +128,8 @@ private:
     std::vector<Slot> slots_;
     int64_t clock_ = 0;  // orders starts (prefill FIFO) and uses (least recently used)
     EngineStats stats_;
+    bool on_device_ = false;
+    gpu::SeatStats batch_seat_;
     // Reused between steps.
     std::vector<int32_t> ids_;
     std::vector<float> logits_;

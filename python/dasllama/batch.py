@@ -187,11 +187,16 @@ class BatchEngine:
     def stats(self) -> dict:
         """running, queued, slots_busy, slots, n_ctx (per slot), kv_pool_bytes, completed, and
         the engine's counters: steps, rows, prompt_tokens, cached_tokens, prompt_cache_hits,
-        generated_tokens."""
+        generated_tokens; on a model opened on a GPU also seats: {"batch": {"served",
+        "declined": {reason: n}, ...}} (batched steps decline with "shape" and run on the CPU).
+        """
         out = dict(running=len(self._active), queued=len(self._queue),
                    slots_busy=self._core.n_active, slots=self.slots, n_ctx=self.n_ctx,
                    kv_pool_bytes=self.kv_pool_bytes, completed=self._completed)
         out.update(self._core.stats)
+        seats = self._core.seat_stats()
+        if seats:
+            out["seats"] = seats
         return out
 
     # --- requests -------------------------------------------------------------------------
@@ -258,11 +263,7 @@ class BatchEngine:
             sampled = self._core.step()
         except Exception as e:   # every running request fails; the engine stays usable
             for a in list(self._active.values()):
-                self._core.finish(a.slot)
-                del self._active[a.slot]
-                self._completed += 1
-                events += self._emit([Event(a.request.id, "error", error=e, usage=a.usage)],
-                                     a.request)
+                events += self._emit([self._fail(a, e)], a.request)
             return events
         for slot, token, logprob, top in sampled:
             a = self._active[slot]
@@ -301,14 +302,27 @@ class BatchEngine:
             slot, cached = self._core.start(r.prompt, _sampler_for(r.sampling), top)
             a = _Active(r, slot, _TextStream(r.stop), Usage(len(r.prompt), cached, 0))
             self._active[slot] = a
-            self._set_mask(a)
+            events += self._emit(self._set_mask(a), r)
         return events
 
-    def _set_mask(self, a: _Active) -> None:
-        if a.request.constraint is not None:
+    def _set_mask(self, a: _Active) -> List[Event]:
+        """Hands the constraint's next mask to the slot; a constraint that fails (its matcher
+        rejects, or its mask allows nothing) ends that request alone with an "error" event."""
+        if a.request.constraint is None:
+            return []
+        try:
             mask = a.request.constraint.mask()
             if mask is not None:
                 self._core.set_mask(a.slot, mask)
+        except Exception as e:
+            return [self._fail(a, e)]
+        return []
+
+    def _fail(self, a: _Active, error: BaseException) -> Event:
+        self._core.finish(a.slot)
+        del self._active[a.slot]
+        self._completed += 1
+        return Event(a.request.id, "error", error=error, usage=a.usage)
 
     def _finish(self, a: _Active, reason: str) -> Event:
         tail = a.text.push(b"", final=True) if reason != "cancelled" else ""
@@ -329,7 +343,10 @@ class BatchEngine:
             ev.logprob, ev.top_logprobs = float(logprob), [(int(t), float(p)) for t, p in top]
         out = [ev]
         if r.constraint is not None:
-            r.constraint.advance(token)
+            try:
+                r.constraint.advance(token)
+            except Exception as e:
+                return out + [self._fail(a, e)]
         if a.text.stopped or (r.constraint is not None and r.constraint.is_done()):
             out.append(self._finish(a, "stop"))
         elif r.max_tokens is not None and a.usage.completion_tokens >= r.max_tokens:
@@ -337,7 +354,7 @@ class BatchEngine:
         elif self._core.n_past(a.slot) >= self.n_ctx:
             out.append(self._finish(a, "context"))
         else:
-            self._set_mask(a)
+            out += self._set_mask(a)
         return out
 
 

@@ -302,12 +302,14 @@ class LLM:
                           max_tokens=max_tokens, sampler=sampler)
         return run if stream else "".join(run)
 
-    def chat_prompt(self, messages, **template_variables) -> tuple:
+    def chat_prompt(self, messages, tool_plan=None, **template_variables) -> tuple:
         """The conversation as chat() evaluates it: (token ids, end-of-turn token ids that end a
-        reply like an end-of-generation token, stop strings). template_variables go to the
-        template (for example tools=[...])."""
+        reply like an end-of-generation token, stop strings). tool_plan (dasllama.tools.plan_tools)
+        renders it with tool definitions, also for templates that have no tool support;
+        template_variables go to the template."""
         fmt = self.chat_format
-        text = fmt.render(messages, **template_variables)
+        text = (tool_plan.render(messages) if tool_plan is not None
+                else fmt.render(messages, **template_variables))
         ids = self.tokenize(text, add_special=True, parse_special=True)
         tok = self.tokenizer
         # A template that writes bos_token itself plus a tokenizer that adds one: keep one.
