@@ -26,9 +26,29 @@ def create_app(config=None, registry=None):
     return _create_app(config, registry)
 
 
-def run(config: ServerConfig, log_level: str = "warning", access_log: bool = False) -> None:
-    """Serves config under uvicorn until interrupted."""
+def run(config: ServerConfig, log_level: str = "warning", access_log: bool = False,
+        announce=None) -> None:
+    """Serves config under uvicorn until interrupted. The socket is bound first, so port 0
+    takes a free port; announce(url), when given, is called with the bound address's URL
+    before the first request is accepted."""
+    import socket
+
     import uvicorn
 
-    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level=log_level,
-                access_log=access_log, lifespan="on")
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {config.host}:{config.port}: {e.strerror or e}") from e
+    host, port = sock.getsockname()[:2]
+    if announce is not None:
+        announce(f"http://{'[' + host + ']' if ':' in host else host}:{port}")
+    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level=log_level,
+                                           access_log=access_log, lifespan="on"))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()

@@ -143,7 +143,11 @@ def _cmd_serve(args) -> int:
         return 1
     config = config_from_args(args)
     names = ", ".join(m.name for m in config.models)
-    print(f"dasllama serve: http://{config.host}:{config.port}/v1 (models: {names}; "
-          f"{config.parallel} slots of {config.n_ctx} tokens each)", file=sys.stderr, flush=True)
-    run(config, log_level=args.log_level, access_log=args.log_level in ("info", "debug"))
+
+    def announce(url: str) -> None:
+        print(f"dasllama serve: listening on {url}/v1 (models: {names}; {config.parallel} "
+              f"slots of {config.n_ctx} tokens each)", file=sys.stderr, flush=True)
+
+    run(config, log_level=args.log_level, access_log=args.log_level in ("info", "debug"),
+        announce=announce)
     return 0

@@ -238,8 +238,10 @@ def completion_logprobs(llm, tokens: Sequence[tuple], top_n: int, offset: int) -
         text, _ = token_text(llm, token)
         out["tokens"].append(text)
         out["token_logprobs"].append(float(logprob))
-        out["top_logprobs"].append({token_text(llm, a)[0]: float(lp)
-                                    for a, lp in alternatives[:top_n]})
+        top: dict = {}
+        for alt, alt_lp in alternatives[:top_n]:   # most probable first: keep the first of
+            top.setdefault(token_text(llm, alt)[0], float(alt_lp))   # tokens alike as text
+        out["top_logprobs"].append(top)
         out["text_offset"].append(offset)
         offset += len(text)
     return out

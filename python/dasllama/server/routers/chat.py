@@ -1,14 +1,13 @@
 """POST /v1/chat/completions.
 
 The flow: validate (schemas.ChatCompletionRequest) -> resolve the model -> ``prepare_chat``
-(template, tokens, admission, constraint: the one place a body becomes engine requests) ->
-submit -> collect or stream -> ``finish_message`` (the one place generated text becomes the
-reply's message, where tool calls are parsed out).
+(tool plan, template, tokens, admission, constraint: the one place a body becomes engine
+requests) -> submit -> collect or stream -> ``finish_message`` / ``ReplyStream`` (the one place
+generated text becomes the reply, where tool calls are parsed out).
 
-Constrained output (``response_format`` json_object / json_schema) comes from dasllama.grammar;
-tool calling (``tools``) is the hook ``_tool_plan`` / ``finish_message``, served once
-dasllama.tools provides it. Until a hook is served, a request that needs it is a 400: never
-silently ignored.
+Constrained output (``response_format`` json_object / json_schema) comes from dasllama.grammar,
+tool calling (``tools``, ``tool_choice``) from dasllama.tools; when this install lacks one of
+them, a request that needs it is a 400, never silently ignored.
 """
 
 from __future__ import annotations
@@ -16,7 +15,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from typing import Any, Callable, List, Optional
 
 from fastapi import APIRouter, Request
@@ -31,11 +31,14 @@ from .common import config_of, metrics_of, new_id, now, registry_of
 
 router = APIRouter()
 
+# The field a dasllama.tools error message starts with (it names the field first).
+_TOOL_FIELD = re.compile(r"^(tools(\[\d+\])?(\.\w+)*|tool_choice(\.\w+)*|parallel_tool_calls)")
+
 
 @dataclass
 class PreparedChat:
     """A chat request turned into engine requests: the prompt, its stops, the n requests, and
-    (when tools are in play) the plan that parses tool calls out of the reply."""
+    the tool plan (None without tools) that parses tool calls out of the reply."""
     ids: List[int]
     extra_eog: List[int]
     stops: List[str]
@@ -56,11 +59,32 @@ def _optional_module(name: str):
     return importlib.import_module(qualified)
 
 
-def _constraint_factory(body: ChatCompletionRequest, llm, extra_eog) -> Optional[Callable]:
-    """A function making one constraint per engine request for body.response_format, or None
-    when the output is free text. 400 for a format that cannot be enforced."""
+def _factory(make: Callable[[], Any], param: str) -> Callable[[], Any]:
+    """A constraint factory: the first constraint is built now, so a grammar that cannot be
+    enforced is a 400 before anything is submitted; later ones on demand."""
+    try:
+        first = [make()]
+    except ValueError as e:
+        raise APIError(400, f"{param}: {e}", param=param, code="invalid_" + param) from e
+
+    def factory():
+        return first.pop() if first else make()
+    return factory
+
+
+def _constraint_factory(body: ChatCompletionRequest, llm, extra_eog, plan
+                        ) -> Optional[Callable]:
+    """A function making one constraint per engine request (response_format, or a forced
+    tool call), or None when the output is free text."""
     rf = body.response_format
-    if rf is None or rf.type == "text":
+    wants_format = rf is not None and rf.type != "text"
+    forced = plan is not None and plan.choice in ("required", "function") and plan.tools
+    if wants_format and forced:
+        raise APIError(400, "response_format cannot be combined with a forced tool_choice",
+                       param="response_format", code="unsupported")
+    if forced:
+        return _factory(lambda: plan.constraint(llm, extra_eog=extra_eog), "tool_choice")
+    if not wants_format:
         return None
     grammar = _optional_module("grammar")
     if grammar is None or not hasattr(grammar, "constraint_for_response_format"):
@@ -68,34 +92,62 @@ def _constraint_factory(body: ChatCompletionRequest, llm, extra_eog) -> Optional
                             f"(no constrained decoding in this install)",
                        param="response_format", code="unsupported")
     spec = rf.model_dump(by_alias=True, exclude_none=True)
-    try:
-        grammar.check_response_format(spec)
-        # Built once now so an unenforceable schema is a 400 before anything is submitted.
-        first = [grammar.constraint_for_response_format(llm, spec, extra_eog=extra_eog)]
-    except ValueError as e:
-        raise APIError(400, f"response_format: {e}", param="response_format",
-                       code="invalid_response_format") from e
-
-    def make():
-        if first:
-            return first.pop()
-        return grammar.constraint_for_response_format(llm, spec, extra_eog=extra_eog)
-    return make
+    return _factory(lambda: grammar.constraint_for_response_format(llm, spec,
+                                                                   extra_eog=extra_eog),
+                    "response_format")
 
 
 def _tool_plan(body: ChatCompletionRequest, llm):
-    """Hook for tool calling: how the tools are rendered and how calls are parsed back.
-    Served when dasllama.tools provides it; until then a request with tools is a 400."""
-    if not body.tools:
+    """The dasllama.tools plan for body.tools / tool_choice; None when neither is given."""
+    if not body.tools and body.tool_choice is None:
         return None
-    raise APIError(400, "tools are not supported by this server yet", param="tools",
-                   code="unsupported")
+    tools = _optional_module("tools")
+    if tools is None or not hasattr(tools, "plan_tools"):
+        raise APIError(400, "tools are not supported by this server (no tool calling in this "
+                            "install)", param="tools", code="unsupported")
+    choice = body.tool_choice
+    if choice is not None and not isinstance(choice, str):
+        choice = choice.model_dump(exclude_none=True)
+    try:
+        return tools.plan_tools(
+            llm.chat_format,
+            tools=[t.model_dump(exclude_none=True) for t in body.tools or []],
+            tool_choice=choice,
+            parallel_tool_calls=True if body.parallel_tool_calls is None
+            else body.parallel_tool_calls)
+    except ValueError as e:
+        match = _TOOL_FIELD.match(str(e))
+        raise APIError(400, str(e), param=match.group(0) if match else "tools",
+                       code="invalid_tools") from e
 
 
 def finish_message(text: str, plan) -> dict:
-    """The reply's message from the generated text: where tool calls are parsed out (plan
-    set) into OpenAI tool_calls; plain content otherwise."""
-    return {"role": "assistant", "content": text}
+    """The reply's message from the generated text: tool calls parsed out into OpenAI
+    tool_calls when the plan is active; plain content otherwise."""
+    if plan is None or not plan.active:
+        return {"role": "assistant", "content": text}
+    content, calls = plan.parse(text)
+    return {"role": "assistant", "content": content, "tool_calls": calls or None}
+
+
+class ReplyStream:
+    """One choice's text pieces in, its stream deltas out: a pass-through, or the tool plan's
+    streaming parser (calls sent whole once complete)."""
+
+    def __init__(self, plan):
+        self._parser = plan.stream() if plan is not None and plan.active else None
+
+    def push(self, text: str) -> List[dict]:
+        if self._parser is None:
+            return [{"content": text}] if text else []
+        return self._parser.push(text) if text else []
+
+    def finish(self) -> List[dict]:
+        return self._parser.finish() if self._parser is not None else []
+
+    @property
+    def called_tools(self) -> bool:
+        return self._parser is not None and self._parser.n_calls > 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,25 +159,33 @@ def _check_unsupported(body: ChatCompletionRequest) -> None:
                        code="unsupported")
 
 
-async def prepare_chat(body: ChatCompletionRequest, loaded) -> PreparedChat:
-    """Everything between a validated body and engine requests: the chat template, tokens,
-    admission against the context, sampling, stops and the constraint."""
+def _prepare_blocking(body: ChatCompletionRequest, loaded) -> PreparedChat:
     llm = loaded.llm
     messages = [m.for_template() for m in body.messages]
     plan = _tool_plan(body, llm)
     try:
-        ids, extra_eog, text_stops = await run_in_threadpool(llm.chat_prompt, messages)
+        if plan is not None:
+            ids, extra_eog, text_stops = llm.chat_prompt(messages, tool_plan=plan)
+        else:
+            ids, extra_eog, text_stops = llm.chat_prompt(messages)
     except ValueError as e:    # the template rejected the conversation
         raise APIError(400, f"messages: {e}", param="messages", code="invalid_messages") from e
     ids, extra_eog = list(ids), list(extra_eog)
     max_tokens = admit(len(ids), loaded.n_ctx, body.token_limit(), "messages")
     stops = body.stop_list() + list(text_stops)
     top = body.top_logprobs or 0
-    factory = await run_in_threadpool(_constraint_factory, body, llm, extra_eog)
+    factory = _constraint_factory(body, llm, extra_eog, plan)
     requests = engine_requests(ids, body, loaded, n=body.n, max_tokens=max_tokens, stop=stops,
                                extra_eog=extra_eog, logprobs=top if body.logprobs else None,
                                constraint_factory=factory)
     return PreparedChat(ids, extra_eog, stops, max_tokens, requests, plan, top)
+
+
+async def prepare_chat(body: ChatCompletionRequest, loaded) -> PreparedChat:
+    """Everything between a validated body and engine requests: the tool plan, the chat
+    template, tokens, admission against the context, sampling, stops and the constraint. On a
+    worker thread: templates, tokenizing and grammars take time."""
+    return await run_in_threadpool(_prepare_blocking, body, loaded)
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,14 +238,19 @@ def _chunk(cid: str, created: int, model: str, choices: list, usage=None) -> byt
 
 async def _chunks(body: ChatCompletionRequest, model: str, llm, prepared: PreparedChat,
                   job: Job, observe):
-    """The SSE stream: a role chunk per choice, content deltas (with logprobs when asked),
-    a finish chunk per choice, a usage chunk (stream_options.include_usage), [DONE]."""
+    """The SSE stream: a role chunk per choice, deltas (content, or tool calls once whole;
+    logprobs when asked), a finish chunk per choice, a usage chunk
+    (stream_options.include_usage), then [DONE]."""
     cid, created = new_id("chatcmpl"), now()
     results = [ChoiceResult() for _ in range(body.n)]
+    replies = [ReplyStream(prepared.tool_plan) for _ in range(body.n)]
+
+    def delta_chunk(index, delta, logprobs=None, finish=None):
+        return _chunk(cid, created, model, [{"index": index, "delta": delta,
+                                             "logprobs": logprobs, "finish_reason": finish}])
+
     for i in range(body.n):
-        yield _chunk(cid, created, model, [{"index": i, "delta": {"role": "assistant",
-                                                                  "content": ""},
-                                            "logprobs": None, "finish_reason": None}])
+        yield delta_chunk(i, {"role": "assistant", "content": ""})
     reported = False
     try:
         async for index, event in job.events():
@@ -197,16 +262,17 @@ async def _chunks(body: ChatCompletionRequest, model: str, llm, prepared: Prepar
             if body.logprobs and event.kind == "token" and event.logprob is not None:
                 logprobs = {"content": chat_logprobs(llm, [results[index].tokens[-1]],
                                                      prepared.top_logprobs)}
-            if event.text or logprobs:
-                yield _chunk(cid, created, model, [{"index": index,
-                                                    "delta": {"content": event.text},
-                                                    "logprobs": logprobs,
-                                                    "finish_reason": None}])
+            deltas = replies[index].push(event.text)
             if event.kind == "done":
-                yield _chunk(cid, created, model, [{"index": index, "delta": {},
-                                                    "logprobs": None,
-                                                    "finish_reason": finish_reason(
-                                                        event.finish_reason)}])
+                deltas += replies[index].finish()
+            if logprobs is not None and not deltas:
+                deltas = [{}]     # the token's logprobs go out even while its text waits
+            for k, delta in enumerate(deltas):
+                yield delta_chunk(index, delta, logprobs if k == 0 else None)
+            if event.kind == "done":
+                reason = ("tool_calls" if replies[index].called_tools
+                          else finish_reason(event.finish_reason))
+                yield delta_chunk(index, {}, finish=reason)
     except (APIError, RequestTimeout) as e:
         job.cancel()
         yield sse(json.dumps(e.body()))
