@@ -41,10 +41,11 @@ from .llm import _TextStream, _check_int
 __all__ = ["SamplingParams", "Usage", "Event", "Request", "Constraint", "BatchEngine",
            "EngineThread", "QueueFull"]
 
-# Prompt tokens a step takes from a newcomer while other sequences decode: small enough that a
-# decode step of the others stays short, large enough that the prompt's matrix products run near
-# full speed. With nobody decoding, a step takes a whole max_batch_tokens chunk.
-DEFAULT_PREFILL_CHUNK = 128
+# Prompt tokens a step takes while other sequences decode. The default fills a step (the
+# engine's 512 rows, as llama.cpp's default micro-batch): prompts finish soonest and the products
+# run at full width, at the price of slower steps for the decoders meanwhile; a smaller chunk
+# keeps their tokens flowing evenly.
+DEFAULT_PREFILL_CHUNK = 512
 
 
 class QueueFull(RuntimeError):
