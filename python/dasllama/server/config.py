@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 __all__ = ["ModelSpec", "ServerConfig", "DEFAULT_PORT", "DEFAULT_HOST", "DEFAULT_PARALLEL",
            "DEFAULT_CTX", "DEFAULT_MAX_QUEUE", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_TIMEOUT_S"]
@@ -27,15 +27,18 @@ class ModelSpec:
     """One model the server offers under `name`.
 
     kind "llm": `source` is a path or a model name for dasllama.models.find; slots and n_ctx
-    override the server's --parallel and --ctx for this model. Other kinds (speech, say) give
-    `loader`: a callable that loads the model and returns an object with close(); the registry
-    calls it on first use and again after a keep-alive unload."""
+    override the server's --parallel and --ctx for this model. kind "tts": `source` is a
+    Pocket TTS GGUF (path or name); `voices` maps voice names to .wav files or voice files
+    (dasllama.TTS.save_voice), registered when the model loads. Other kinds (or a custom
+    load) give `loader`: a callable that loads the model and returns an object with close();
+    the registry calls it on first use and again after a keep-alive unload."""
     name: str
     source: Optional[str] = None
     kind: str = "llm"
     slots: Optional[int] = None
     n_ctx: Optional[int] = None
     loader: Optional[Callable[[], Any]] = None
+    voices: Optional[Dict[str, str]] = None
 
 
 @dataclass
