@@ -19,13 +19,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from .config import ModelSpec, ServerConfig
 from .errors import APIError
 
-__all__ = ["ModelRegistry", "ModelEntry", "LoadedLLM", "Lease", "STATES"]
+__all__ = ["ModelRegistry", "ModelEntry", "LoadedLLM", "LoadedTTS", "Lease", "STATES"]
 
 log = logging.getLogger("dasllama.server")
 
@@ -108,6 +109,44 @@ class LoadedLLM:
                 self.llm.close()
 
 
+class LoadedTTS:
+    """A speech model ready to serve: tts (dasllama.TTS) with its spec's voices registered.
+    A TTS object runs one synthesis at a time, so a request holds `lock` (a threading.Lock)
+    for the whole of one; `waiting` counts the requests holding or waiting for it (changed on
+    the event loop only)."""
+
+    kind = "tts"
+
+    def __init__(self, tts):
+        self.tts = tts
+        self.lock = threading.Lock()
+        self.waiting = 0
+
+    @classmethod
+    def load(cls, spec: ModelSpec, config: ServerConfig) -> "LoadedTTS":
+        from ..tts import TTS
+
+        tts = TTS(spec.source, device=config.device, n_threads=config.threads or 0)
+        try:
+            for name, path in (spec.voices or {}).items():
+                if str(path).lower().endswith(".wav"):
+                    tts.register_voice(name, path)
+                else:
+                    tts.load_voice(name, path)
+        except BaseException:
+            tts.close()
+            raise
+        return cls(tts)
+
+    @property
+    def sample_rate(self) -> int:
+        return self.tts.sample_rate
+
+    def close(self) -> None:
+        with self.lock:    # after the synthesis in progress, which a cancelled request ends
+            self.tts.close()
+
+
 class ModelEntry:
     """One model's state: state is one of STATES; loaded is the LoadedLLM (or the loader's
     object) while state is "ready"; error is why the last load failed."""
@@ -162,6 +201,8 @@ class ModelEntry:
     def _load_blocking(self, config: ServerConfig):
         if self.spec.kind == "llm" and self.spec.loader is None:
             return LoadedLLM.load(self.spec, config)
+        if self.spec.kind == "tts" and self.spec.loader is None:
+            return LoadedTTS.load(self.spec, config)
         if self.spec.loader is None:
             raise ValueError(f"model {self.name!r} of kind {self.spec.kind!r} has no loader")
         return self.spec.loader()
