@@ -19,6 +19,9 @@ from .config import ModelSpec, ServerConfig
 
 __all__ = ["create_app", "run", "ServerConfig", "ModelSpec"]
 
+# Connections the kernel holds for the server before it accepts them (uvicorn's default).
+LISTEN_BACKLOG = 2048
+
 
 def create_app(config=None, registry=None):
     """The ASGI app (see dasllama.server.app.create_app)."""
@@ -43,6 +46,7 @@ def run(config: ServerConfig, log_level: str = "warning", access_log: bool = Fal
     except OSError as e:
         sock.close()
         raise OSError(f"cannot listen on {config.host}:{config.port}: {e.strerror or e}") from e
+    sock.listen(LISTEN_BACKLOG)   # connections wait from now on, even before uvicorn runs
     host, port = sock.getsockname()[:2]
     if announce is not None:
         announce(f"http://{'[' + host + ']' if ':' in host else host}:{port}")
