@@ -7,6 +7,9 @@
 
 Each -m is a model name, a .gguf path, or NAME=MODEL to serve it under NAME (the `model`
 field of requests); without a NAME a path is served under its file name's stem.
+
+    dasllama serve --tts pocket=./pocket.gguf --voice alice=./alice.wav   # /v1/audio/speech
+    dasllama serve -m smollm2 --ray --replicas 2                          # on Ray Serve
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 from .config import (DEFAULT_CTX, DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE,
                      DEFAULT_PARALLEL, DEFAULT_PORT, DEFAULT_TIMEOUT_S, ModelSpec, ServerConfig)
 
-__all__ = ["add_serve_parser", "model_specs"]
+__all__ = ["add_serve_parser", "model_specs", "tts_specs"]
 
 API_KEY_ENV = "DASLLAMA_API_KEY"
 
@@ -53,6 +56,44 @@ def model_specs(values) -> list:
     return specs
 
 
+def tts_specs(values, voices) -> list:
+    """Speech ModelSpecs from --tts values (NAME, PATH or NAME=MODEL) with the --voice
+    NAME=FILE voices; models and voice files are found now."""
+    from .. import models
+
+    voice_files = {}
+    for value in voices or []:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--voice {value!r}: expected NAME=FILE (a .wav or a voice file)")
+        if not os.path.isfile(path):
+            raise ValueError(f"--voice {value!r}: no file {path!r}")
+        voice_files[name] = path
+    specs = []
+    for value in values or []:
+        name, sep, source = value.partition("=")
+        if not sep:
+            name, source = "", value
+        if sep and not name:
+            raise ValueError(f"--tts {value!r}: the name before '=' is empty")
+        path = models.find(source)
+        specs.append(ModelSpec(name=name or Path(path).stem, source=str(path), kind="tts",
+                               voices=dict(voice_files)))
+    return specs
+
+
+def _autoscale(text):
+    low, sep, high = text.partition(":")
+    try:
+        bounds = (int(low), int(high)) if sep else None
+    except ValueError:
+        bounds = None
+    if bounds is None or not 0 <= bounds[0] <= bounds[1] or bounds[1] < 1:
+        raise argparse.ArgumentTypeError(f"expected MIN:MAX replicas with 0 <= MIN <= MAX "
+                                         f"and MAX >= 1, got {text!r}")
+    return bounds
+
+
 def _positive(kind):
     def parse(text):
         value = kind(text)
@@ -79,6 +120,13 @@ def add_serve_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("-m", "--model", action="append", default=None, metavar="MODEL",
                    help="a model name, a .gguf path, or NAME=MODEL (repeatable; default "
                         "smollm2)")
+    p.add_argument("--tts", action="append", default=None, metavar="MODEL",
+                   help="a Pocket TTS model to serve on /v1/audio/speech: a name, a .gguf "
+                        "path, or NAME=MODEL (repeatable); with --tts and no -m, no language "
+                        "model is served")
+    p.add_argument("--voice", action="append", default=None, metavar="NAME=FILE",
+                   help="a voice for the --tts models: a .wav to clone or a voice file "
+                        "(repeatable; the voice 'default' is the model's own)")
     p.add_argument("--parallel", type=_positive(int), default=DEFAULT_PARALLEL, metavar="N",
                    help=f"sequences decoded together per model (slots; default "
                         f"{DEFAULT_PARALLEL})")
@@ -115,6 +163,15 @@ def add_serve_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="warning",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="server log level (default warning; info logs every request)")
+    p.add_argument("--ray", action="store_true",
+                   help="serve on Ray Serve (the ray extra): replicas of the server behind "
+                        "Ray's proxy on --host:--port; joins $RAY_ADDRESS or starts a local "
+                        "cluster")
+    p.add_argument("--replicas", type=_positive(int), default=1, metavar="N",
+                   help="with --ray: replicas of the server (default 1)")
+    p.add_argument("--autoscale", type=_autoscale, default=None, metavar="MIN:MAX",
+                   help="with --ray: scale between MIN and MAX replicas by load instead of "
+                        "--replicas")
     p.set_defaults(run=_cmd_serve)
     return p
 
@@ -123,7 +180,9 @@ def config_from_args(args) -> ServerConfig:
     cors = None
     if args.cors:
         cors = [o.strip() for o in args.cors.split(",") if o.strip()]
-    return ServerConfig(models=model_specs(args.model), host=args.host, port=args.port,
+    tts = tts_specs(getattr(args, "tts", None), getattr(args, "voice", None))
+    llms = model_specs(args.model) if args.model or not tts else []
+    return ServerConfig(models=llms + tts, host=args.host, port=args.port,
                         parallel=args.parallel, n_ctx=args.ctx, threads=args.threads,
                         device=args.device, kv_type=args.kv_type, api_key=args.api_key or None,
                         cors_origins=cors or None, max_queue=args.max_queue,
@@ -143,6 +202,14 @@ def _cmd_serve(args) -> int:
         return 1
     config = config_from_args(args)
     names = ", ".join(m.name for m in config.models)
+    if getattr(args, "ray", False):
+        try:
+            from .ray_serve import RayOptions, serve_blocking
+        except ImportError as e:
+            print(f"dasllama: error: {e}", file=sys.stderr)
+            return 1
+        serve_blocking(config, RayOptions(replicas=args.replicas, autoscale=args.autoscale))
+        return 0
 
     def announce(url: str) -> None:
         print(f"dasllama serve: listening on {url}/v1 (models: {names}; {config.parallel} "
