@@ -84,7 +84,7 @@ def test_seeded_text_is_the_same_for_1_2_4_slots_and_equals_llm_generate(server,
 def test_concurrent_requests_fill_every_slot(server, slots, concurrent):
     model, url = f"p{slots}", server.url
     api = client(server)
-    seen = {"busy": 0, "queued": 0}
+    seen = {"busy": 0, "queued": 0, "tokens_per_s": 0.0}
     done = threading.Event()
 
     def watch():
@@ -92,12 +92,14 @@ def test_concurrent_requests_fill_every_slot(server, slots, concurrent):
             m = metrics(url)
             seen["busy"] = max(seen["busy"], m.get(("dasllama_slots_busy", model), 0))
             seen["queued"] = max(seen["queued"], m.get(("dasllama_requests_queued", model), 0))
+            seen["tokens_per_s"] = max(seen["tokens_per_s"],
+                                       m.get(("dasllama_generation_tokens_per_second", model), 0))
             time.sleep(0.005)
 
     def chat(seed):
         r = api.chat.completions.create(model=model, messages=[{"role": "user", "content":
                                                                  f"Tell story {seed}."}],
-                                        max_tokens=300, seed=seed, temperature=0.8,
+                                        max_tokens=600, seed=seed, temperature=0.8,
                                         extra_body={"ignore_eos": True})
         return r.choices[0].finish_reason, r.usage.completion_tokens
 
@@ -108,9 +110,10 @@ def test_concurrent_requests_fill_every_slot(server, slots, concurrent):
     finally:
         done.set()
         watcher.join(30)
-    assert results == [("length", 300)] * concurrent
+    assert results == [("length", 600)] * concurrent
     assert seen["busy"] == slots, f"at most {seen['busy']} of {slots} slots were seen busy"
     assert seen["queued"] >= 1, "no request was seen waiting although there were more than slots"
+    assert seen["tokens_per_s"] > 0, "the tokens/s gauge stayed at 0 while generating"
     wait_for(lambda: metric(url, "slots_busy", model) == 0, "the slots to empty")
 
 

@@ -25,10 +25,10 @@ from dasllama.server.local import BackgroundServer  # noqa: E402
 from dasllama.testing.random_gguf import write_random_model  # noqa: E402
 
 # The small random model: a step takes well under a millisecond, for tests that need many
-# requests. The "slow" one (wider, deeper) takes about 2 ms a step on one core, so a
+# requests. The "slow" one (wider, deeper) takes about 1.5 ms a step on one core, so a
 # generation of a thousand tokens lasts long enough to watch slots fill and empty.
 SMALL = dict(n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128)
-SLOW = dict(n_embd=256, n_layer=4, n_head=4, n_head_kv=2, n_ff=512)
+SLOW = dict(n_embd=384, n_layer=4, n_head=4, n_head_kv=2, n_ff=768)
 # Polling /metrics for a condition gives up after this long: every condition the tests wait
 # for happens within a second on an idle machine; the rest is room for a loaded CI runner.
 WAIT_S = 20.0

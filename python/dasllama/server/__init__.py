@@ -21,6 +21,9 @@ __all__ = ["create_app", "run", "ServerConfig", "ModelSpec"]
 
 # Connections the kernel holds for the server before it accepts them (uvicorn's default).
 LISTEN_BACKLOG = 2048
+# On Ctrl-C or SIGTERM, running requests get this long to finish before they are cut (a long
+# stream would otherwise hold the shutdown for as long as it generates).
+GRACEFUL_SHUTDOWN_S = 5
 
 
 def create_app(config=None, registry=None):
@@ -51,7 +54,8 @@ def run(config: ServerConfig, log_level: str = "warning", access_log: bool = Fal
     if announce is not None:
         announce(f"http://{'[' + host + ']' if ':' in host else host}:{port}")
     server = uvicorn.Server(uvicorn.Config(create_app(config), log_level=log_level,
-                                           access_log=access_log, lifespan="on"))
+                                           access_log=access_log, lifespan="on",
+                                           timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
     try:
         server.run(sockets=[sock])
     finally:

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Optional
 
+from . import GRACEFUL_SHUTDOWN_S
 from .app import create_app
 from .config import ServerConfig
 
@@ -42,7 +43,8 @@ class BackgroundServer:
         self._sock.bind((config.host, config.port))
         self.host, self.port = self._sock.getsockname()[:2]
         self._server = uvicorn.Server(uvicorn.Config(self.app, log_level=log_level,
-                                                     access_log=False, lifespan="on"))
+                                                     access_log=False, lifespan="on",
+                                                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
         self._thread: Optional[threading.Thread] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
 

@@ -11,7 +11,7 @@ from ..errors import APIError, error_body
 from ..metrics import CONTENT_TYPE_LATEST
 from ..schemas import (DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
                        TokenizeRequest, TokenizeResponse)
-from .common import metrics_of, registry_of
+from .common import config_of, metrics_of, registry_of
 
 router = APIRouter()
 
@@ -28,16 +28,22 @@ async def health(request: Request):
     return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
 
 
-def _card(entry) -> ModelCard:
+def _card(entry, config) -> ModelCard:
+    """A model's card; an LLM's context and slots as configured while it is not loaded."""
     loaded = entry.loaded if entry.state == "ready" else None
+    n_ctx = getattr(loaded, "n_ctx", None)
+    slots = getattr(loaded, "slots", None)
+    if entry.kind == "llm":
+        n_ctx = n_ctx or entry.spec.n_ctx or config.n_ctx
+        slots = slots or entry.spec.slots or config.parallel
     return ModelCard(id=entry.name, created=entry.created, kind=entry.kind, status=entry.state,
-                     n_ctx=getattr(loaded, "n_ctx", None) or entry.spec.n_ctx,
-                     slots=getattr(loaded, "slots", None) or entry.spec.slots)
+                     n_ctx=n_ctx, slots=slots)
 
 
 @router.get("/v1/models", response_model=ModelList)
 async def list_models(request: Request):
-    return ModelList(data=[_card(e) for e in registry_of(request).entries()])
+    config = config_of(request)
+    return ModelList(data=[_card(e, config) for e in registry_of(request).entries()])
 
 
 @router.get("/v1/models/{model_id:path}", response_model=ModelCard)
@@ -46,7 +52,7 @@ async def get_model(model_id: str, request: Request):
     if entry is None:
         raise APIError(404, f"the model {model_id!r} does not exist on this server",
                        param="model", code="model_not_found")
-    return _card(entry)
+    return _card(entry, config_of(request))
 
 
 @router.get("/metrics")
