@@ -2,8 +2,9 @@
 
 ``_add_bench_parser(sub)`` adds the ``bench`` command to dasllama's own parser, with
 ``llm`` (throughput against llama.cpp), ``tts`` (Pocket TTS against the pocket-tts
-package), ``check`` (the regression check), ``board`` (the HTML board), ``tune`` (race
-kernel knobs, write the tuning file) and ``tuning`` (show it);
+package), ``serve`` (the HTTP server against llama-server), ``check`` (the regression
+check), ``board`` (the HTML board), ``tune`` (race kernel knobs, write the tuning file) and
+``tuning`` (show it);
 ``llm_main()`` is ``bench llm`` standing alone (bench/llm_bench.py calls it).
 """
 
@@ -410,8 +411,8 @@ def _run_bench(args) -> int:
 
 
 def _add_bench_parser(sub) -> None:
-    """Add ``bench`` and its commands (llm, tts, check, tune, tuning, board) to dasllama's
-    parser."""
+    """Add ``bench`` and its commands (llm, tts, serve, check, tune, tuning, board) to
+    dasllama's parser."""
     p = sub.add_parser("bench", help="measure dasllama against reference engines")
     p.add_argument("--check", dest="check_record", metavar="RECORD",
                    help="the same as `dasllama bench check RECORD`")
@@ -430,6 +431,13 @@ def _add_bench_parser(sub) -> None:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_tts_arguments(q)
     q.set_defaults(run=run_tts)
+    from . import serve
+    q = bsub.add_parser("serve", help="dasllama serve against llama-server: aggregate t/s and "
+                                      "time to first token at several concurrencies",
+                        description=serve.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_serve_arguments(q)
+    q.set_defaults(run=serve.run_serve)
     q = bsub.add_parser("check", help="compare a fresh record with the stored one of its box",
                         description=check.__doc__,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
