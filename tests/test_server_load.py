@@ -6,7 +6,6 @@ asserted (timing is never pass/fail; `dasllama bench` measures performance)."""
 from __future__ import annotations
 
 import json
-import statistics
 import threading
 import time
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, List, Optional, Sequence
+from typing import AsyncIterator, Callable, List, Optional, Sequence
 
 import numpy as np
 from starlette.responses import StreamingResponse
