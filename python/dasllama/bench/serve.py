@@ -33,6 +33,7 @@ import random
 import re
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -499,6 +500,10 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
     on_event("start", total_rows=total)
     current: dict = {}
     names = [e.name for e in engines]
+    scratch = None
+    if log_dir is None:     # the servers' logs live as long as the run
+        scratch = tempfile.TemporaryDirectory(prefix="bench-serve-")
+        log_dir = scratch.name
     try:
         for path in models:
             model = model_info(path, slots * ctx)
@@ -591,6 +596,9 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
         result["stopped"] = {"signal": getattr(stop, "signal_name", "SIGINT"),
                              "rows_done": len(result["rows"]), "rows_planned": total,
                              "during": dict(current)}
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
     return result
 
 

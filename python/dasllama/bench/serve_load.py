@@ -22,7 +22,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -239,10 +238,10 @@ def _load_failed(text: str) -> bool:
 class ServerProcess:
     """One server command run as a child process on ``host:port``, logging to a file."""
 
-    def __init__(self, name: str, argv: Sequence[str], host: str, port: int,
-                 log_dir: Optional[str] = None, role: str = "server"):
+    def __init__(self, name: str, argv: Sequence[str], host: str, port: int, log_dir,
+                 role: str = "server"):
         self.name, self.argv, self.host, self.port = name, list(argv), host, port
-        folder = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="bench-serve-"))
+        folder = Path(log_dir)
         folder.mkdir(parents=True, exist_ok=True)
         self.log_path = folder / f"{name}-{role}-{port}.log"
         self.proc: Optional[subprocess.Popen] = None
