@@ -132,7 +132,7 @@ def test_full_queue_is_503(cluster):
         r = _complete(url, max_tokens=LONG_TOKENS)
         with lock:
             statuses.append((r.status_code, r.json()["usage"]["completion_tokens"]
-                             if r.status_code == 200 else None))
+                             if r.status_code == 200 else r.headers.get("retry-after")))
 
     workers = [threading.Thread(target=one) for _ in range(8)]
     for w in workers:
@@ -145,6 +145,7 @@ def test_full_queue_is_503(cluster):
     assert len(codes) == 8 and set(codes) <= {200, 503}
     assert 503 in codes and 200 in codes
     assert all(n == LONG_TOKENS for s, n in statuses if s == 200)
+    assert all(retry == "1" for s, retry in statuses if s == 503)
     assert _complete(url).status_code == 200
 
 

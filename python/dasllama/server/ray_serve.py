@@ -23,7 +23,8 @@ deployment's settings come from the server's:
 - ``max_ongoing_requests``: the replica's slots (the --parallel of each language model, plus
   one per speech model), so Ray hands a replica no more than it decodes at once;
 - ``max_queued_requests``: --max-queue (Ray's smallest queue is 1, so 0 becomes 1); over it
-  Ray's proxy answers 503;
+  Ray's proxy answers 503 with Retry-After, as the server itself does (the body is Ray's
+  plain-text message, not the OpenAI error shape: the proxy writes it, not the app);
 - ``autoscaling_config``: with --autoscale MIN:MAX, replicas between MIN and MAX aiming at
   full slots (``target_ongoing_requests`` = slots); else --replicas fixed replicas;
 - ``ray_actor_options.num_cpus``: --threads (1 when unset), and a replica with no --threads
@@ -55,6 +56,7 @@ except ImportError as e:    # the module is only imported for Ray: say what is m
     raise ImportError(f"dasllama.server.ray_serve needs Ray Serve (pip install "
                       f"'dasllama[ray]'): {e}") from e
 
+from .bridge import RETRY_AFTER_S
 from .config import ServerConfig
 
 __all__ = ["app", "DasllamaDeployment", "RayOptions", "build_application", "deployment_options",
@@ -157,6 +159,8 @@ def deployment_options(config: ServerConfig, options: RayOptions) -> Dict[str, A
     num_cpus = options.num_cpus if options.num_cpus is not None else float(config.threads or 1)
     out: Dict[str, Any] = {"max_ongoing_requests": slots,
                            "max_queued_requests": max(1, config.max_queue),
+                           "backpressure_config": {"status_code": 503,
+                                                   "retry_after_s": RETRY_AFTER_S},
                            "ray_actor_options": {"num_cpus": num_cpus}}
     if options.autoscale is not None:
         low, high = options.autoscale
