@@ -365,3 +365,38 @@ def test_gpu_model_batch_seat_declines_and_the_cpu_serves(model_path):
         assert seat["declined"]["shape"] == engine.stats["steps"] > 0
         assert [t for t, _ in res.values()] == want
         assert "seats" not in BatchEngine(ref, slots=1).stats
+
+
+def test_ignore_eos_runs_to_max_tokens(model_path):
+    # A mask that leaves only the end tokens and one other makes a free run end within a few
+    # tokens; with ignore_eos the same run must take all 40.
+    with LLM(model_path(), n_ctx=256, threads=2) as llm:
+        engine = BatchEngine(llm, slots=1)
+        eog = engine.eog_ids()
+        assert eog and all(llm.tokenizer.is_eog(t) for t in eog)
+
+        class PreferEnd:
+            """Allows only the end tokens and one other, so a free run stops at once."""
+            def __init__(self):
+                words = np.zeros((llm.n_vocab + 31) // 32, np.uint32)
+                for t in eog + [7]:
+                    words[t // 32] |= np.uint32(1 << (t % 32))
+                self.words = words
+
+            def mask(self):
+                return self.words
+
+            def advance(self, token):
+                pass
+
+            def is_done(self):
+                return False
+
+        runs = {}
+        for ignore in (False, True):
+            params = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=11)
+            (text, done), = _run(engine, [Request(prompt=[1, 2, 3], max_tokens=40, sampling=params,
+                                                  constraint=PreferEnd(), ignore_eos=ignore)]).values()
+            runs[ignore] = done
+        assert runs[False].finish_reason == "eog" and runs[False].usage.completion_tokens < 40
+        assert runs[True].finish_reason == "length" and runs[True].usage.completion_tokens == 40

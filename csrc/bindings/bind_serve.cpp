@@ -28,14 +28,15 @@ void bind_serve(py::module_& m) {
              py::arg("model"), py::arg("n_slots"), py::arg("n_ctx"), py::arg("prefill_chunk"),
              py::keep_alive<1, 2>(), "n_ctx: positions of each slot.")
         .def("start", [](BatchEngine& e, const std::vector<int32_t>& prompt, const Sampler& sampler,
-                         int top_logprobs) {
+                         int top_logprobs, const std::vector<int32_t>& banned) {
                  const BatchEngine::Started s = e.start(prompt.data(), int64_t(prompt.size()),
-                                                        sampler.params(), top_logprobs);
+                                                        sampler.params(), top_logprobs, banned);
                  return py::make_tuple(s.slot, s.cached);
              },
              py::arg("prompt"), py::arg("sampler"), py::arg("top_logprobs") = -1,
+             py::arg("banned") = std::vector<int32_t>{},
              "Starts a sequence with a sampler of sampler's settings (a fresh one, its seed); "
-             "returns (slot, cached prompt tokens).")
+             "banned tokens are never sampled. Returns (slot, cached prompt tokens).")
         .def("set_mask", [](BatchEngine& e, int slot,
                             const py::array_t<uint32_t, py::array::c_style | py::array::forcecast>& words) {
                  e.set_mask(slot, words.data(), int64_t(words.size()));

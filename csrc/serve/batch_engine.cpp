@@ -56,6 +56,7 @@ struct BatchEngine::Slot {
     std::unique_ptr<Sampler> sampler;
     int top_logprobs = -1;
     std::vector<uint32_t> mask;    // empty: no mask
+    std::vector<int32_t> banned;   // never sampled
     int64_t started = 0, used = 0; // clock_ values
 };
 
@@ -107,7 +108,8 @@ int64_t BatchEngine::pending(int slot) const {
 }
 
 BatchEngine::Started BatchEngine::start(const int32_t* prompt, int64_t n,
-                                        const SamplerParams& params, int top_logprobs) {
+                                        const SamplerParams& params, int top_logprobs,
+                                        const std::vector<int32_t>& banned) {
     if (n <= 0) throw std::invalid_argument("start: the prompt is empty");
     if (n > n_ctx())
         throw ShapeError("start: the prompt has " + std::to_string(n) + " tokens but a slot "
@@ -122,6 +124,13 @@ BatchEngine::Started BatchEngine::start(const int32_t* prompt, int64_t n,
                                     std::to_string(kMaxTopLogprobs) + "], got " +
                                     std::to_string(top_logprobs));
     validate(params);
+    for (size_t i = 0; i < banned.size(); ++i)
+        if (banned[i] < 0 || banned[i] >= n_vocab_)
+            throw std::invalid_argument("start: banned token " + std::to_string(banned[i]) +
+                                        " at index " + std::to_string(i) + " is outside [0, " +
+                                        std::to_string(n_vocab_) + ")");
+    if (int64_t(banned.size()) >= n_vocab_)
+        throw std::invalid_argument("start: every token is banned");
 
     int best = -1;
     size_t best_prefix = 0;
@@ -149,6 +158,7 @@ BatchEngine::Started BatchEngine::start(const int32_t* prompt, int64_t n,
     for (int64_t i = 0; i < n; ++i) s.sampler->accept(prompt[i]);
     s.top_logprobs = top_logprobs;
     s.mask.clear();
+    s.banned = banned;
     s.started = s.used = ++clock_;
     s.active = true;
     stats_.prompt_tokens += n;
@@ -268,6 +278,7 @@ std::vector<Sampled> BatchEngine::step() {
             }
             s.mask.clear();
         }
+        for (int32_t t : s.banned) lg[t] = -std::numeric_limits<float>::infinity();
         r.token = s.sampler->sample(lg, size_t(n_vocab_));
         s.sampler->accept(r.token);
         // A mask never excludes the sampled token, so its logit is still the model's.

@@ -82,11 +82,13 @@ public:
     };
     // Starts a sequence on the free slot whose cached tokens share the longest prefix with the
     // prompt (leaving at least one token to evaluate, which gives the logits), else on the one
-    // used longest ago. top_logprobs: -1 for none, else 0..kMaxTopLogprobs. Throws Error when
+    // used longest ago. top_logprobs: -1 for none, else 0..kMaxTopLogprobs. banned: tokens its
+    // samples never take (ignoring end of generation: the end tokens). Throws Error when
     // every slot is busy, ShapeError when the prompt exceeds n_ctx (naming both), and
     // std::invalid_argument for an empty prompt, an id outside the vocabulary (naming it and its
     // index) or bad sampler settings.
-    Started start(const int32_t* prompt, int64_t n, const SamplerParams& params, int top_logprobs);
+    Started start(const int32_t* prompt, int64_t n, const SamplerParams& params, int top_logprobs,
+                  const std::vector<int32_t>& banned = {});
 
     // The tokens the slot's next sample may take: bit t % 32 of words[t / 32]; tokens past the
     // words are excluded. Holds until that sample, then clears. Throws std::invalid_argument for

@@ -110,7 +110,8 @@ class Request:
     """One sequence to generate. prompt: token ids (already checked against the vocabulary).
     max_tokens None: until the context is full. extra_eog: token ids that end it like an
     end-of-generation token (a chat template's turn end). logprobs: None, or how many top
-    alternatives to report per token (0: only the sampled token's)."""
+    alternatives to report per token (0: only the sampled token's). ignore_eos: never sample an
+    end-of-generation token (nor extra_eog), so generation runs to max_tokens (benchmarks)."""
     prompt: Sequence[int]
     max_tokens: Optional[int] = 128
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -119,6 +120,7 @@ class Request:
     logprobs: Optional[int] = None
     constraint: Optional[Constraint] = None
     on_event: Optional[Callable[[Event], None]] = None
+    ignore_eos: bool = False
     id: int = -1     # set by submit
 
 
@@ -161,6 +163,7 @@ class BatchEngine:
         self._active: Dict[int, _Active] = {}          # by slot
         self._ids = itertools.count(1)
         self._completed = 0
+        self._eog: Optional[List[int]] = None   # the tokenizer's end-of-generation ids
 
     # --- properties -----------------------------------------------------------------------
     @property
@@ -300,11 +303,19 @@ class BatchEngine:
                                             usage=Usage(prompt_tokens=len(r.prompt)))], r)
                 continue
             top = -1 if r.logprobs is None else r.logprobs
-            slot, cached = self._core.start(r.prompt, _sampler_for(r.sampling), top)
+            banned = self.eog_ids() + list(r.extra_eog) if r.ignore_eos else []
+            slot, cached = self._core.start(r.prompt, _sampler_for(r.sampling), top, banned)
             a = _Active(r, slot, _TextStream(r.stop), Usage(len(r.prompt), cached, 0))
             self._active[slot] = a
             events += self._emit(self._set_mask(a), r)
         return events
+
+    def eog_ids(self) -> List[int]:
+        """The tokenizer's end-of-generation token ids (what ignore_eos bans); found once, by a
+        walk over the vocabulary."""
+        if self._eog is None:
+            self._eog = [t for t in range(self._tok.n_vocab) if self._tok.is_eog(t)]
+        return self._eog
 
     def _set_mask(self, a: _Active) -> List[Event]:
         """Hands the constraint's next mask to the slot; a constraint that fails (its matcher

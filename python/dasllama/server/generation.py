@@ -15,7 +15,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, List, Optional, Sequence
 
-import numpy as np
 from starlette.responses import StreamingResponse
 
 from ..batch import Constraint, Event, Request, SamplingParams, Usage
@@ -72,49 +71,19 @@ def sampling_params(body, seed_offset: int = 0) -> SamplingParams:
     return p
 
 
-class NoEndOfGeneration:
-    """The constraint behind ignore_eos: every token allowed but the end-of-generation ones
-    (the model's and the chat template's turn ends), so a reply runs to max_tokens."""
-
-    def __init__(self, mask: np.ndarray):
-        self._mask = mask
-
-    @classmethod
-    def for_model(cls, loaded, extra_eog: Sequence[int] = ()) -> "NoEndOfGeneration":
-        mask = loaded.eog_free_mask().copy()
-        for t in extra_eog:
-            mask[t // 32] &= ~np.uint32(1 << (t % 32))
-        return cls(mask)
-
-    def mask(self) -> np.ndarray:
-        return self._mask
-
-    def advance(self, token: int) -> None:
-        pass
-
-    def is_done(self) -> bool:
-        return False
-
-
 def engine_requests(ids: Sequence[int], body, loaded, *, n: int, max_tokens: int,
                     stop: Sequence[str], extra_eog: Sequence[int] = (),
                     logprobs: Optional[int] = None,
                     constraint_factory: Optional[Callable[[], Optional[Constraint]]] = None
                     ) -> List[Request]:
     """n engine requests for one prompt (choice i seeded seed + i). constraint_factory makes
-    one constraint per request (a constraint follows one sequence); body.ignore_eos is a
-    constraint too, so the two do not combine."""
-    if body.ignore_eos and constraint_factory is not None:
-        raise APIError(400, "ignore_eos cannot be combined with response_format",
-                       param="ignore_eos", code="unsupported")
-    if body.ignore_eos:
-        no_end = NoEndOfGeneration.for_model(loaded, extra_eog)
-        constraint_factory = lambda: no_end   # noqa: E731 (stateless: shared by the n requests)
+    one constraint per request (a constraint follows one sequence)."""
     out = []
     for i in range(n):
         out.append(Request(prompt=list(ids), max_tokens=max_tokens,
                            sampling=sampling_params(body, i), stop=list(stop),
                            extra_eog=list(extra_eog), logprobs=logprobs,
+                           ignore_eos=bool(body.ignore_eos),
                            constraint=constraint_factory() if constraint_factory else None))
     return out
 

@@ -51,22 +51,6 @@ class LoadedLLM:
         self.llm = llm
         self.engine = engine
         self.thread = thread
-        self._eog_free_mask = None
-
-    def eog_free_mask(self):
-        """A token bitmask (uint32 words over n_vocab) allowing every token but the
-        end-of-generation ones; computed once per load (it walks the vocabulary)."""
-        if self._eog_free_mask is None:
-            import numpy as np
-            n_vocab, tok = self.llm.n_vocab, self.llm.tokenizer
-            allowed = np.ones(((n_vocab + 31) // 32) * 32, dtype=bool)
-            allowed[n_vocab:] = False
-            for t in range(min(tok.n_vocab, n_vocab)):
-                if tok.is_eog(t):
-                    allowed[t] = False
-            bits = allowed.reshape(-1, 32).astype(np.uint64) << np.arange(32, dtype=np.uint64)
-            self._eog_free_mask = bits.sum(axis=1).astype(np.uint32)
-        return self._eog_free_mask
 
     @classmethod
     def load(cls, spec: ModelSpec, config: ServerConfig) -> "LoadedLLM":
@@ -80,7 +64,7 @@ class LoadedLLM:
         try:
             engine = BatchEngine(llm, slots=slots, n_ctx=n_ctx, max_queue=config.max_queue)
             loaded = cls(llm, engine, EngineThread(engine))
-            loaded.eog_free_mask()    # now, on the loading thread, not in a request
+            engine.eog_ids()    # now, on the loading thread, not in a request (ignore_eos)
             loaded.thread.start()
         except BaseException:
             llm.close()
