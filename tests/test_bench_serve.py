@@ -107,20 +107,33 @@ def test_prefix_prompts_share_the_system_prompt_only():
     assert len(serve.SYSTEM_PROMPT.split()) > 400
 
 
-def test_llama_server_gets_the_same_context_per_slot(tmp_path):
+def test_llama_server_gets_the_same_context_per_slot(tmp_path, random_model):
     fake = _script(tmp_path / "llama-server",
                    "#!/bin/sh\necho 'version: 0.6.0-dev (build 11434, commit unknown)'\n"
                    "echo 'built with GNU 12.2.0 for Linux x86_64'\n")
     e = serve.llama_server_engine(fake, "GGML_NATIVE=OFF")
     assert e.version == "b11434"
     assert e.details["build"] == "GGML_NATIVE=OFF"
-    argv = e.argv("m.gguf", slots=8, ctx=1024, threads=2, port=9000)
+    argv = e.argv(random_model, slots=8, ctx=1024, threads=2, port=9000)
+    assert len(argv) == 13        # the file has a chat template: nothing about templates
     opt = dict(zip(argv[1::2], argv[2::2]))
     assert opt["-np"] == "8" and opt["-c"] == str(8 * 1024) and opt["-t"] == "2"
     assert opt["--host"] == "127.0.0.1" and opt["--port"] == "9000"
-    ours = serve.dasllama_engine().argv("m.gguf", slots=8, ctx=1024, threads=2, port=9001)
+    ours = serve.dasllama_engine().argv(random_model, slots=8, ctx=1024, threads=2, port=9001)
     i = ours.index("--ctx")
     assert ours[i + 1] == "1024" and ours[ours.index("--parallel") + 1] == "8"
+
+
+def test_a_file_without_chat_template_gets_gemmas_format_in_llama_server(tmp_path):
+    from dasllama import models
+    from dasllama.testing import write_random_model
+    plain = write_random_model(tmp_path / "no-template.gguf", "llama")
+    assert serve.template_args(str(plain)) == ()     # no Gemma turn tokens: left alone
+    try:
+        gemma = models.find("gemma3")
+    except FileNotFoundError as e:
+        pytest.skip(f"the packaged gemma3 model is not in the cache: {e}")
+    assert serve.template_args(str(gemma)) == ("--no-jinja", "--chat-template", "gemma")
 
 
 def test_record_command_names_no_local_paths():

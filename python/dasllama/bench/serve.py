@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -236,8 +237,25 @@ def llama_server_engine(binary: str, build_note: Optional[str] = None,
 
     def argv(model, *, slots, ctx, threads, port):
         return [path, "-m", str(model), "-np", str(slots), "-c", str(slots * ctx),
-                "-t", str(threads), "--host", HOST, "--port", str(port), *extra]
+                "-t", str(threads), "--host", HOST, "--port", str(port),
+                *template_args(str(model)), *extra]
     return Engine("llama.cpp", argv, version, details, kv_from_log=True)
+
+
+@functools.lru_cache(maxsize=None)
+def template_args(model: str) -> tuple:
+    """llama-server's arguments that make it render the chat prompt as dasllama does. A file
+    with a chat template needs none. Gemma 3 270M ships without one: dasllama renders Gemma's
+    turn format (dasllama.chat), llama-server would fall back to ChatML, a longer and
+    different prompt; its built-in ``gemma`` template (outside Jinja) is Gemma's format."""
+    from .. import gguf
+    with gguf.open(model) as f:
+        meta = f.metadata
+        if meta.get("tokenizer.chat_template"):
+            return ()
+        if "<start_of_turn>" in (meta.get("tokenizer.ggml.tokens") or ()):
+            return ("--no-jinja", "--chat-template", "gemma")
+    return ()
 
 
 _KV_LOG = re.compile(r"KV buffer size\s*=\s*([0-9.]+)\s*MiB")    # one line per cache buffer
@@ -514,6 +532,9 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
             try:
                 ready_rss, health, model_ids, kv_logged = {}, {}, {}, {}
                 for e in engines:
+                    if e.kv_from_log and template_args(str(path)):
+                        result["engines"][e.name].setdefault("chat_template_args", {})[
+                            model["file"]] = " ".join(template_args(str(path)))
                     if e.kv_from_log:
                         probed = _probe_log(e, path, slots, ctx, threads, start_timeout, log_dir)
                         kv_logged[e.name] = probed["kv_pool_bytes"]
