@@ -43,7 +43,7 @@ from . import probe
 from .llama_cpp import PeerError
 from .llm import BenchError, model_info, schedule
 from .record import NOISE_CV
-from .serve_load import (ServeError, ServerProcess, free_port, percentile, run_level,
+from .serve_load import (CLK_TCK, ServeError, ServerProcess, free_port, percentile, run_level,
                          stream_chat)
 from .stats import summarize
 
@@ -358,6 +358,8 @@ def rows_for(engine: Engine, model: dict, cell: dict, reps_figures: list,
             row["samples_ns"] = [int(f["wall_ns"]) for f in reps_figures]
             row["server_cpu_s"] = [round(f["server_cpu_s"], 3) for f in reps_figures]
             row["client_cpu_s"] = [round(f["client_cpu_s"], 3) for f in reps_figures]
+            if all(f.get("others_cpu_s") is not None for f in reps_figures):
+                row["others_cpu_s"] = [round(f["others_cpu_s"], 3) for f in reps_figures]
         if first:
             was = [f[test] for f in first if f[test] is not None]
             row["first_cv"] = summarize(was).cv if was else 0.0
@@ -374,11 +376,24 @@ def _cpu_self() -> float:
     return u.ru_utime + u.ru_stime
 
 
+def _machine_busy_s() -> Optional[float]:
+    """CPU seconds all processes of the machine have been busy (Linux /proc/stat), or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal ...: all but idle and iowait
+    return (sum(fields[:8]) - fields[3] - fields[4]) / CLK_TCK
+
+
 def _one_rep(server: ServerProcess, idle: list, bodies: list, concurrency: int,
              max_tokens: int, timeout: float) -> dict:
     """One timed repetition on ``server`` while the ``idle`` servers wait: the level's figures
-    plus the CPU seconds of the active server, of this client, and of the idle servers."""
+    plus the CPU seconds of the active server, of this client, of the idle servers, and of
+    everything else on the machine (work nobody in this run did: others' load)."""
     idle0 = [s.cpu_seconds() for s in idle]
+    busy0 = _machine_busy_s()
     cpu0, me0 = server.cpu_seconds(), _cpu_self()
     try:
         level = run_level(HOST, server.port, bodies, concurrency, timeout)
@@ -388,7 +403,11 @@ def _one_rep(server: ServerProcess, idle: list, bodies: list, concurrency: int,
     fig = level_figures(level)
     fig["server_cpu_s"] = server.cpu_seconds() - cpu0
     fig["client_cpu_s"] = _cpu_self() - me0
-    fig["idle_cpu_s"] = max([s.cpu_seconds() - c for s, c in zip(idle, idle0)] or [0.0])
+    idle_used = [s.cpu_seconds() - c for s, c in zip(idle, idle0)]
+    fig["idle_cpu_s"] = max(idle_used or [0.0])
+    busy1 = _machine_busy_s()
+    fig["others_cpu_s"] = (None if busy0 is None or busy1 is None else max(
+        0.0, busy1 - busy0 - fig["server_cpu_s"] - fig["client_cpu_s"] - sum(idle_used)))
     return fig
 
 

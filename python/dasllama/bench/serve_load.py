@@ -31,13 +31,13 @@ from typing import Optional, Sequence
 from .llama_cpp import PeerError
 from .llm import BenchError
 
-__all__ = ["ServeError", "RequestResult", "LevelResult", "stream_chat", "run_level",
-           "percentile", "free_port", "ServerProcess"]
+__all__ = ["CLK_TCK", "ServeError", "RequestResult", "LevelResult", "stream_chat",
+           "run_level", "percentile", "free_port", "ServerProcess"]
 
 HEALTH_POLL_S = 0.25      # between /health probes while a server loads
 STOP_GRACE_S = 15.0       # a server gets this long to exit on SIGTERM before SIGKILL
 LOG_TAIL_BYTES = 3000     # what an error quotes of a server's log
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100   # /proc time unit
 
 
 class ServeError(BenchError):
@@ -347,7 +347,7 @@ class ServerProcess:
         try:
             with open(f"/proc/{self.proc.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+            return (int(fields[11]) + int(fields[12])) / CLK_TCK
         except (OSError, IndexError, ValueError, AttributeError):
             return 0.0
 
