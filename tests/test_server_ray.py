@@ -9,14 +9,20 @@ other. Every wait is bounded; the cluster is shut down at the end.
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
 
-import pytest
-from requires import require
+# Ray binds its own services (GCS, raylet, agents, proxy) to the node's address, and on Linux
+# that is the machine's network address unless multi-node clusters are turned off; off, every
+# one binds loopback. Read when ray is first imported, so set before any test imports it.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-from dasllama.testing.random_gguf import write_random_model
+import pytest  # noqa: E402
+from requires import require  # noqa: E402
+
+from dasllama.testing.random_gguf import write_random_model  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -44,6 +50,9 @@ def cluster(tmp_path_factory):
     require("uvicorn")
     ray = require("ray")
     from ray import serve
+    from ray._private import ray_constants
+
+    assert not ray_constants.ENABLE_RAY_CLUSTER, "ray was imported before this module"
 
     from dasllama.server import ModelSpec, ServerConfig
     from dasllama.server.ray_serve import RayOptions, build_application
