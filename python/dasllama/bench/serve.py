@@ -30,7 +30,6 @@ import argparse
 import functools
 import json
 import os
-import random
 import re
 import resource
 import sys
@@ -43,8 +42,8 @@ from . import probe
 from .llama_cpp import PeerError
 from .llm import BenchError, model_info, schedule
 from .record import NOISE_CV
-from .serve_load import (CLK_TCK, ServeError, ServerProcess, free_port, percentile, run_level,
-                         stream_chat)
+from .serve_load import (CLK_TCK, SYSTEM_PROMPT, ServeError, ServerProcess, free_port,
+                         percentile, prefix_bodies, request_bodies, run_level, stream_chat)
 from .stats import summarize
 
 __all__ = ["ServeError", "PeerError", "Engine", "dasllama_engine", "llama_server_engine",
@@ -65,106 +64,6 @@ VALIDATE_TOKENS = 16       # the validation request before timing
 # --smoke: random-weight test vocabularies spend ~3x the tokens of a real one on English.
 SMOKE = {"concurrency": "1,2", "requests": 2, "max_tokens": 8, "reps": 2, "ctx": 4096,
          "pause": 0.0, "no_rerun": True}
-
-# ----------------------------------------------------------------------------------------
-# prompts: realistic prose, distinct per request and per repetition (written for this file)
-
-SENTENCES = (
-    "The harbour town rebuilt its sea wall after the winter storms, using granite blocks hauled "
-    "from a quarry two valleys away.",
-    "A bakery on the corner starts its ovens at four in the morning so the first loaves are "
-    "cool enough to slice by seven.",
-    "Our team moved the nightly database backup to the hour when traffic is lowest, which cut "
-    "the replication lag in half.",
-    "The committee asked for a budget that separates one-time hardware purchases from the "
-    "recurring cost of support contracts.",
-    "Volunteers counted forty-two species of birds along the river trail during the spring "
-    "survey, three more than last year.",
-    "The new bus route connects the hospital, the university campus and the train station "
-    "with a departure every twelve minutes.",
-    "After the firmware update, several customers reported that their thermostats lost the "
-    "schedule they had programmed.",
-    "The museum plans to digitize its collection of maps, some of which are too fragile to be "
-    "handled without gloves.",
-    "Moving the shipping estimate above the fold on the checkout page raised completed orders "
-    "by four percent in a month.",
-    "The orchard switched to drip irrigation, and the trees used a third less water through "
-    "the dry months of July and August.",
-    "Engineers found that the vibration came from a loose mounting bracket rather than from "
-    "the motor bearings they had suspected.",
-    "The library extended its opening hours during exam weeks and added power outlets to the "
-    "long tables on the second floor.",
-    "Each chapter of the handbook ends with a checklist, so new staff can confirm they have "
-    "covered the essential safety steps.",
-    "The city council will vote next month on whether to turn two lanes of the main avenue "
-    "into a protected bicycle path.",
-    "Our supplier raised the price of recycled cardboard, so we are comparing quotes from "
-    "three regional packaging companies.",
-    "The research vessel spent six weeks mapping the seabed, collecting sediment cores at "
-    "depths of up to four kilometres.",
-    "A community garden opened on the empty lot behind the school, with raised beds kept for "
-    "families on the waiting list.",
-    "The software team agreed to freeze new features two weeks before the release and to "
-    "spend that time fixing reported bugs.",
-    "Heavy rain delayed the harvest, and the cooperative is renting extra dryers to keep the "
-    "grain from spoiling in storage.",
-    "The theatre company rehearses in a converted warehouse, where the acoustics are "
-    "surprisingly good for spoken drama.",
-    "Customers can now return items at any of our stores, even when they bought them through "
-    "the online shop.",
-    "The observatory will host a public evening when Jupiter is closest to Earth, weather "
-    "permitting, with telescopes on the roof.",
-    "Our quarterly survey shows that most people open the mobile app in the morning, mainly "
-    "to check their messages.",
-    "The bridge inspection found minor corrosion on two support cables, which will be treated "
-    "during the summer closure.",
-)
-TASKS = (
-    "Summarize the following notes in a few sentences.",
-    "Write a short reply that answers the questions these notes raise.",
-    "List the main facts in these notes as bullet points.",
-    "Explain which of these notes matters most to a small business owner, and why.",
-    "Rewrite these notes as a friendly paragraph for a community newsletter.",
-    "Suggest three follow-up actions for the people mentioned in these notes.",
-)
-SENTENCES_PER_PROMPT = 7        # about 200 prompt tokens with a task line and a ticket number
-SYSTEM_PROMPT = ("You are the assistant of a regional news desk. Answer questions about the "
-                 "notes below, briefly and accurately; say so when the notes do not tell.\n\n"
-                 "Notes:\n" + "\n".join(f"- {s}" for s in SENTENCES))
-
-
-def _ticket(rng: random.Random) -> str:
-    return f"Ticket {rng.randrange(100000, 1000000)}."
-
-
-def _body(model: str, messages: list, max_tokens: int) -> dict:
-    return {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
-            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
-
-
-def request_bodies(model: str, n: int, max_tokens: int, key: str) -> list:
-    """n chat bodies with distinct ~200-token prompts, fixed by ``key`` (seed, cell,
-    repetition): a different key gives different prompts from their first tokens on."""
-    out = []
-    for i in range(n):
-        rng = random.Random(f"{key}-{i}")
-        text = (f"{_ticket(rng)} {rng.choice(TASKS)}\n\n"
-                + " ".join(rng.sample(SENTENCES, SENTENCES_PER_PROMPT)))
-        out.append(_body(model, [{"role": "user", "content": text}], max_tokens))
-    return out
-
-
-def prefix_bodies(model: str, n: int, max_tokens: int, key: str) -> list:
-    """n chat bodies sharing SYSTEM_PROMPT, each with a short question of its own."""
-    out = []
-    for i in range(n):
-        rng = random.Random(f"{key}-{i}")
-        question = f"{_ticket(rng)} {rng.choice(TASKS)} Use only the notes about " \
-                   f"{rng.choice(('transport', 'nature', 'business', 'culture', 'software'))}."
-        out.append(_body(model, [{"role": "system", "content": SYSTEM_PROMPT},
-                                 {"role": "user", "content": question}], max_tokens))
-    return out
-
 
 # ----------------------------------------------------------------------------------------
 # engines
@@ -487,6 +386,87 @@ def _memory(engine: Engine, server: ServerProcess, model: dict, ready_rss: Optio
     return mem
 
 
+def _label(cell: dict) -> str:
+    return ("prefix " if cell["prefix"] else "") + f"c={cell['concurrency']}"
+
+
+def _start_servers(servers: dict, engines: Sequence[Engine], path, model: dict, *, slots: int,
+                   ctx: int, threads: int, timeout: float, log_dir: str, engines_info: dict,
+                   on_event: Callable) -> dict:
+    """Start each engine's server for ``path`` (added to ``servers`` as it starts, so the
+    caller stops whatever started) and wait until it is ready. Returns per engine its
+    /health body, RSS once ready, model id, and the KV bytes its log gave (llama-server)."""
+    started = {}
+    for e in engines:
+        kv_logged = None
+        if e.kv_from_log:
+            if template_args(str(path)):
+                engines_info[e.name].setdefault("chat_template_args", {})[model["file"]] = \
+                    " ".join(template_args(str(path)))
+            probed = _probe_log(e, path, slots, ctx, threads, timeout, log_dir)
+            kv_logged = probed["kv_pool_bytes"]
+            if probed.get("system_info"):
+                engines_info[e.name]["system_info"] = probed["system_info"]
+        port = free_port(HOST)
+        s = ServerProcess(e.name, e.argv(path, slots=slots, ctx=ctx, threads=threads,
+                                         port=port), HOST, port, log_dir=log_dir)
+        servers[e.name] = s
+        on_event("note", message=f"starting {e.name} on port {port}: "
+                                 f"{' '.join(portable_command(s.argv))}")
+        s.start()
+        health = s.wait_ready(timeout)
+        started[e.name] = {"health": health, "ready_rss": s.rss(), "model_id": s.model_id(),
+                           "kv_logged": kv_logged}
+    return started
+
+
+def _run_cell(cell: dict, names: list, servers: dict, ids: dict, file: str, *, reps: int,
+              seed: int, pause: float, timeout: float, noise_cv: Optional[float],
+              idle_max: dict, on_event: Callable) -> tuple:
+    """One cell on every engine: an untimed round (warm-up; for the prefix cell, priming),
+    then ``reps`` repetitions alternating engines, and once more for an engine whose
+    aggregate cv exceeds ``noise_cv``. Returns (figures, first attempts) per engine."""
+    label = _label(cell)
+    make = prefix_bodies if cell["prefix"] else request_bodies
+    n_warm = cell["concurrency"] if cell["prefix"] else cell["slots"]
+    for n in names:
+        run_level(HOST, servers[n].port, make(ids[n], n_warm, WARMUP_TOKENS,
+                                              f"{seed}-{file}-{label}-warmup"),
+                  n_warm, timeout)
+    figures: dict = {n: [] for n in names}
+    firsts: dict = {}
+
+    def timed(which, attempt):
+        for rep, name in schedule(which, reps):
+            if pause > 0:
+                time.sleep(pause)
+            bodies = make(ids[name], cell["requests"], cell["max_tokens"],
+                          f"{seed}-{file}-{label}-{rep}-{attempt}")
+            others = [servers[n] for n in names if n != name]
+            fig = _one_rep(servers[name], others, bodies, cell["concurrency"],
+                           cell["max_tokens"], timeout)
+            figures[name].append(fig)
+            for n in names:
+                if n != name:
+                    idle_max[n] = max(idle_max[n], fig["idle_cpu_s"])
+            on_event("note", message=(
+                f"{file}  {label:<10} {name:<9} rep {rep + 1}{' (re-run)' if attempt else ''}: "
+                f"{fig['agg']:7.1f} t/s, TTFT p50 {fig['ttft_p50']:7.1f} ms p95 "
+                f"{fig['ttft_p95']:7.1f} ms, cached {fig['cached_tokens']:.0f}/"
+                f"{fig['prompt_tokens']:.0f}"))
+
+    timed(names, 0)
+    noisy = [n for n in names if noise_cv is not None and reps > 1 and
+             summarize([f["agg"] for f in figures[n]]).cv > noise_cv]
+    if noisy:
+        on_event("note", message=f"{label}: aggregate cv above {100 * noise_cv:.0f}% for "
+                                 f"{', '.join(noisy)}: once more")
+        for n in noisy:
+            firsts[n], figures[n] = figures[n], []
+        timed(noisy, 1)
+    return figures, firsts
+
+
 def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
               concurrency: Sequence[int], requests: int, max_tokens: int, ctx: int,
               slots: Optional[int] = None, reps: int = 5, prefix_concurrency: Optional[int] = None,
@@ -549,73 +529,20 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
             on_event("model", **model)
             servers: dict = {}
             try:
-                ready_rss, health, model_ids, kv_logged = {}, {}, {}, {}
-                for e in engines:
-                    if e.kv_from_log and template_args(str(path)):
-                        result["engines"][e.name].setdefault("chat_template_args", {})[
-                            model["file"]] = " ".join(template_args(str(path)))
-                    if e.kv_from_log:
-                        probed = _probe_log(e, path, slots, ctx, threads, start_timeout, log_dir)
-                        kv_logged[e.name] = probed["kv_pool_bytes"]
-                        if probed.get("system_info"):
-                            result["engines"][e.name]["system_info"] = probed["system_info"]
-                    port = free_port(HOST)
-                    s = ServerProcess(e.name, e.argv(path, slots=slots, ctx=ctx,
-                                                     threads=threads, port=port),
-                                      HOST, port, log_dir=log_dir)
-                    servers[e.name] = s
-                    on_event("note", message=f"starting {e.name} on port {port}: "
-                                             f"{' '.join(portable_command(s.argv))}")
-                    s.start()
-                    health[e.name] = s.wait_ready(start_timeout)
-                    ready_rss[e.name] = s.rss()
-                    model_ids[e.name] = s.model_id()
-                checks = _validate(servers, model_ids, ctx, max_tokens, request_timeout)
+                started = _start_servers(servers, engines, path, model, slots=slots, ctx=ctx,
+                                         threads=threads, timeout=start_timeout,
+                                         log_dir=log_dir, engines_info=result["engines"],
+                                         on_event=on_event)
+                ids = {n: st["model_id"] for n, st in started.items()}
+                checks = _validate(servers, ids, ctx, max_tokens, request_timeout)
                 on_event("note", message=f"validation: {json.dumps(checks)[:400]}")
                 idle_max = {n: 0.0 for n in names}
                 for cell in cells:
-                    label = ("prefix " if cell["prefix"] else "") + f"c={cell['concurrency']}"
-                    current["cell"] = label
-                    make = prefix_bodies if cell["prefix"] else request_bodies
-                    for e in engines:    # warm-up (and for the prefix cell: priming) round
-                        n_warm = cell["concurrency"] if cell["prefix"] else slots
-                        run_level(HOST, servers[e.name].port,
-                                  make(model_ids[e.name], n_warm, WARMUP_TOKENS,
-                                       f"{seed}-{model['file']}-{label}-warmup"),
-                                  n_warm, request_timeout)
-                    figures = {n: [] for n in names}
-                    firsts: dict = {}
-
-                    def timed(which, attempt):
-                        for rep, name in schedule(which, reps):
-                            key = f"{seed}-{model['file']}-{label}-{rep}-{attempt}"
-                            if pause > 0:
-                                time.sleep(pause)
-                            bodies = make(model_ids[name], cell["requests"], max_tokens, key)
-                            others = [servers[n] for n in names if n != name]
-                            fig = _one_rep(servers[name], others, bodies, cell["concurrency"],
-                                           max_tokens, request_timeout)
-                            figures[name].append(fig)
-                            for n in names:
-                                if n != name:
-                                    idle_max[n] = max(idle_max[n], fig["idle_cpu_s"])
-                            on_event("note", message=(
-                                f"{model['file']}  {label:<10} {name:<9} rep {rep + 1}"
-                                f"{' (re-run)' if attempt else ''}: {fig['agg']:7.1f} t/s, "
-                                f"TTFT p50 {fig['ttft_p50']:7.1f} ms p95 "
-                                f"{fig['ttft_p95']:7.1f} ms, cached "
-                                f"{fig['cached_tokens']:.0f}/{fig['prompt_tokens']:.0f}"))
-
-                    timed(names, 0)
-                    noisy = [n for n in names if noise_cv is not None and reps > 1 and
-                             summarize([f["agg"] for f in figures[n]]).cv > noise_cv]
-                    if noisy:
-                        on_event("note", message=f"{label}: aggregate cv above "
-                                                 f"{100 * noise_cv:.0f}% for {noisy}: once more")
-                        for n in noisy:
-                            firsts[n] = figures[n]
-                            figures[n] = []
-                        timed(noisy, 1)
+                    current["cell"] = _label(cell)
+                    figures, firsts = _run_cell(cell, names, servers, ids, model["file"],
+                                                reps=reps, seed=seed, pause=pause,
+                                                timeout=request_timeout, noise_cv=noise_cv,
+                                                idle_max=idle_max, on_event=on_event)
                     for e in engines:
                         result["rows"] += rows_for(e, model, cell, figures[e.name],
                                                    firsts.get(e.name), threads,
@@ -623,9 +550,9 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
                     on_event("rows", done=len(result["rows"]), total=total)
                     on_rows(result)
                 for e in engines:
-                    result["memory"].append(_memory(e, servers[e.name], model,
-                                                    ready_rss[e.name], health[e.name],
-                                                    kv_logged.get(e.name), slots, ctx))
+                    st = started[e.name]
+                    result["memory"].append(_memory(e, servers[e.name], model, st["ready_rss"],
+                                                    st["health"], st["kv_logged"], slots, ctx))
                 result["validation"].append({"model": model["file"], **checks,
                                              "idle_cpu_s_max": idle_max})
                 on_rows(result)

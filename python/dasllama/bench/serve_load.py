@@ -1,5 +1,9 @@
 """The serving benchmark's plumbing: server processes and the load they are given.
 
+``request_bodies`` and ``prefix_bodies`` write the requests: streamed chat completions of a
+fixed length (``ignore_eos``, temperature 0) over English prompts that differ per request
+and per repetition from their first words on, or that share one long system prompt.
+
 ``ServerProcess`` starts a server command on 127.0.0.1, waits for ``/health`` to answer 200
 (bounded), reads its RSS and CPU time from /proc, and stops it (SIGTERM, then SIGKILL after a
 grace period); on Linux the server also dies with the harness (PR_SET_PDEATHSIG).
@@ -18,6 +22,7 @@ import http.client
 import json
 import math
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -31,8 +36,9 @@ from typing import Optional, Sequence
 from .llama_cpp import PeerError
 from .llm import BenchError
 
-__all__ = ["CLK_TCK", "ServeError", "RequestResult", "LevelResult", "stream_chat",
-           "run_level", "percentile", "free_port", "ServerProcess"]
+__all__ = ["CLK_TCK", "ServeError", "SENTENCES", "TASKS", "SYSTEM_PROMPT", "request_bodies",
+           "prefix_bodies", "RequestResult", "LevelResult", "stream_chat", "run_level",
+           "percentile", "free_port", "ServerProcess"]
 
 HEALTH_POLL_S = 0.25      # between /health probes while a server loads
 STOP_GRACE_S = 15.0       # a server gets this long to exit on SIGTERM before SIGKILL
@@ -42,6 +48,107 @@ CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100   # /proc 
 
 class ServeError(BenchError):
     """A server answered a request wrongly (an HTTP error, a broken stream, missing usage)."""
+
+
+# ----------------------------------------------------------------------------------------
+# prompts: realistic prose, distinct per request and per repetition (written for this file)
+
+SENTENCES = (
+    "The harbour town rebuilt its sea wall after the winter storms, using granite blocks hauled "
+    "from a quarry two valleys away.",
+    "A bakery on the corner starts its ovens at four in the morning so the first loaves are "
+    "cool enough to slice by seven.",
+    "Our team moved the nightly database backup to the hour when traffic is lowest, which cut "
+    "the replication lag in half.",
+    "The committee asked for a budget that separates one-time hardware purchases from the "
+    "recurring cost of support contracts.",
+    "Volunteers counted forty-two species of birds along the river trail during the spring "
+    "survey, three more than last year.",
+    "The new bus route connects the hospital, the university campus and the train station "
+    "with a departure every twelve minutes.",
+    "After the firmware update, several customers reported that their thermostats lost the "
+    "schedule they had programmed.",
+    "The museum plans to digitize its collection of maps, some of which are too fragile to be "
+    "handled without gloves.",
+    "Moving the shipping estimate above the fold on the checkout page raised completed orders "
+    "by four percent in a month.",
+    "The orchard switched to drip irrigation, and the trees used a third less water through "
+    "the dry months of July and August.",
+    "Engineers found that the vibration came from a loose mounting bracket rather than from "
+    "the motor bearings they had suspected.",
+    "The library extended its opening hours during exam weeks and added power outlets to the "
+    "long tables on the second floor.",
+    "Each chapter of the handbook ends with a checklist, so new staff can confirm they have "
+    "covered the essential safety steps.",
+    "The city council will vote next month on whether to turn two lanes of the main avenue "
+    "into a protected bicycle path.",
+    "Our supplier raised the price of recycled cardboard, so we are comparing quotes from "
+    "three regional packaging companies.",
+    "The research vessel spent six weeks mapping the seabed, collecting sediment cores at "
+    "depths of up to four kilometres.",
+    "A community garden opened on the empty lot behind the school, with raised beds kept for "
+    "families on the waiting list.",
+    "The software team agreed to freeze new features two weeks before the release and to "
+    "spend that time fixing reported bugs.",
+    "Heavy rain delayed the harvest, and the cooperative is renting extra dryers to keep the "
+    "grain from spoiling in storage.",
+    "The theatre company rehearses in a converted warehouse, where the acoustics are "
+    "surprisingly good for spoken drama.",
+    "Customers can now return items at any of our stores, even when they bought them through "
+    "the online shop.",
+    "The observatory will host a public evening when Jupiter is closest to Earth, weather "
+    "permitting, with telescopes on the roof.",
+    "Our quarterly survey shows that most people open the mobile app in the morning, mainly "
+    "to check their messages.",
+    "The bridge inspection found minor corrosion on two support cables, which will be treated "
+    "during the summer closure.",
+)
+TASKS = (
+    "Summarize the following notes in a few sentences.",
+    "Write a short reply that answers the questions these notes raise.",
+    "List the main facts in these notes as bullet points.",
+    "Explain which of these notes matters most to a small business owner, and why.",
+    "Rewrite these notes as a friendly paragraph for a community newsletter.",
+    "Suggest three follow-up actions for the people mentioned in these notes.",
+)
+SENTENCES_PER_PROMPT = 7        # about 200 prompt tokens with a task line and a ticket number
+SYSTEM_PROMPT = ("You are the assistant of a regional news desk. Answer questions about the "
+                 "notes below, briefly and accurately; say so when the notes do not tell.\n\n"
+                 "Notes:\n" + "\n".join(f"- {s}" for s in SENTENCES))
+
+
+def _ticket(rng: random.Random) -> str:
+    return f"Ticket {rng.randrange(100000, 1000000)}."
+
+
+def _body(model: str, messages: list, max_tokens: int) -> dict:
+    return {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+
+
+def request_bodies(model: str, n: int, max_tokens: int, key: str) -> list:
+    """n chat bodies with distinct ~200-token prompts, fixed by ``key`` (seed, cell,
+    repetition): a different key gives different prompts from their first tokens on."""
+    out = []
+    for i in range(n):
+        rng = random.Random(f"{key}-{i}")
+        text = (f"{_ticket(rng)} {rng.choice(TASKS)}\n\n"
+                + " ".join(rng.sample(SENTENCES, SENTENCES_PER_PROMPT)))
+        out.append(_body(model, [{"role": "user", "content": text}], max_tokens))
+    return out
+
+
+def prefix_bodies(model: str, n: int, max_tokens: int, key: str) -> list:
+    """n chat bodies sharing SYSTEM_PROMPT, each with a short question of its own."""
+    out = []
+    for i in range(n):
+        rng = random.Random(f"{key}-{i}")
+        question = f"{_ticket(rng)} {rng.choice(TASKS)} Use only the notes about " \
+                   f"{rng.choice(('transport', 'nature', 'business', 'culture', 'software'))}."
+        out.append(_body(model, [{"role": "system", "content": SYSTEM_PROMPT},
+                                 {"role": "user", "content": question}], max_tokens))
+    return out
+
 
 
 @dataclass
