@@ -304,7 +304,13 @@ class BatchEngine:
                 continue
             top = -1 if r.logprobs is None else r.logprobs
             banned = self.eog_ids() + list(r.extra_eog) if r.ignore_eos else []
-            slot, cached = self._core.start(r.prompt, _sampler_for(r.sampling), top, banned)
+            try:
+                slot, cached = self._core.start(r.prompt, _sampler_for(r.sampling), top, banned)
+            except Exception as e:   # never lose a request: it ends with its error
+                self._completed += 1
+                events += self._emit([Event(r.id, "error", error=e,
+                                            usage=Usage(prompt_tokens=len(r.prompt)))], r)
+                continue
             a = _Active(r, slot, _TextStream(r.stop), Usage(len(r.prompt), cached, 0))
             self._active[slot] = a
             events += self._emit(self._set_mask(a), r)

@@ -365,7 +365,7 @@ class LLM:
         The model's cache is untouched."""
         ids = self._prompt_ids(text_or_ids)
         self._check_fits(len(ids))
-        pooling = pooling or self._file_pooling() or "mean"
+        pooling = pooling or self.pooling
         if pooling not in _POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(_POOLINGS)}, got {pooling!r}")
         hidden = np.asarray(self.model.hidden_states(ids))
@@ -375,6 +375,11 @@ class LLM:
             norm = np.linalg.norm(out, axis=-1, keepdims=True)
             out = out / np.maximum(norm, 1e-12)
         return out.astype(np.float32, copy=False)
+
+    @property
+    def pooling(self) -> str:
+        """How embed() pools by default: the file's {arch}.pooling_type, else "mean"."""
+        return self._file_pooling() or "mean"
 
     def _file_pooling(self) -> Optional[str]:
         if self.path is None:

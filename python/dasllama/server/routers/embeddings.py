@@ -113,7 +113,7 @@ def _input_ids(llm, inputs: list, n_ctx: int) -> List[List[int]]:
 
 
 def _pooling(llm) -> str:
-    pooling = llm._file_pooling()
+    pooling = llm.pooling
     return pooling if pooling in _VECTOR_POOLINGS else "mean"
 
 
