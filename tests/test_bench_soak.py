@@ -39,6 +39,7 @@ def test_the_summary_has_its_fields(run):
     assert path.parent.name == s["box"]          # {box} in --out became the machine's label
     assert s["schema"] == soak.SUMMARY_SCHEMA
     assert s["command"].startswith("serve_soak -m ")
+    assert "loadavg_1m" in s["machine"] and "loadavg_1m_end" in s["machine"]
     for key in ("created", "machine", "build", "config", "requests", "server_errors_5xx",
                 "deliberate_503", "rss", "alive", "idle_after_load", "goals", "passed"):
         assert key in s, key

@@ -591,6 +591,7 @@ def run_soak(args) -> int:
                                                              flush=True))
     created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     box = probe.this_box()
+    machine = probe.machine()      # before the run: its load average is the one at the start
     try:
         summary = soak(args.model, duration=args.duration, clients=args.clients,
                        slots=args.parallel, ctx=args.ctx, threads=args.threads,
@@ -602,7 +603,8 @@ def run_soak(args) -> int:
     summary = {"schema": SUMMARY_SCHEMA, "created": created, "box": box,
                "command": getattr(args, "command", None) or " ".join(
                    ["dasllama"] + sys.argv[1:]),
-               "machine": probe.machine(), "build": probe.build(), **summary}
+               "machine": {**machine, "loadavg_1m_end": probe.loadavg()},
+               "build": probe.build(), **summary}
     print(format_summary(summary))
     if args.out:
         path = Path(args.out.format(box=box))
