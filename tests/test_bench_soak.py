@@ -148,3 +148,57 @@ def test_bad_arguments_are_refused_before_anything_starts(capsys):
     assert "--duration must be > 0" in capsys.readouterr().err
     assert soak.main(["--clients", "0"]) == 2
     assert "--clients must be >= 1" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# How one request is judged, against a stand-in on loopback that answers one fixed status
+# --------------------------------------------------------------------------------------------
+@pytest.fixture
+def stand_in():
+    """A loopback HTTP server answering every POST with the status in .status (503s carry
+    Retry-After); yields it, then stops."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(server.status)
+            if server.status == 503:
+                self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", "4")
+            self.end_headers()
+            self.wfile.write(b"nope")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    server.status = 500
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(10)
+
+
+@pytest.mark.parametrize("kind", sorted(soak.MIX))
+def test_each_kind_is_judged_by_its_answer(stand_in, kind):
+    import random
+    port = stand_in.server_address[1]
+
+    def judge():
+        return soak.one_request(kind, random.Random(0), 1, port, "m", 8, timeout=10.0)
+
+    stand_in.status = 500
+    o = judge()
+    assert (o.status, o.ok, o.deliberate_503) == (500, False, False)
+    assert "nope" in o.note
+    stand_in.status = 503                      # with Retry-After: a deliberate refusal
+    o = judge()
+    assert (o.status, o.deliberate_503) == (503, kind != "malformed")
+    assert o.ok == (kind != "malformed")
+    stand_in.status = 400                      # right for a malformed body only
+    o = judge()
+    assert (o.status, o.ok) == (400, kind == "malformed")

@@ -274,6 +274,7 @@ def one_request(kind: str, rng: random.Random, n: int, port: int, model: str,
             path = "/v1/chat/completions" if chat else "/v1/completions"
             status, retry, events, done = _stream(port, path, json.dumps(req).encode(), timeout,
                                                   drop_after_first=kind == "disconnect")
+            data = events[0] if status != 200 and events else b""
             note = "" if status != 200 or kind == "disconnect" else _check_stream(events, done)
         else:
             raise ValueError(f"unknown request kind {kind!r}")
