@@ -8,6 +8,7 @@ not pass."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -287,6 +288,38 @@ def test_engine_thread_serves_submitters_on_other_threads(llm):
     texts = sorted("".join(e.text for e in evs) for evs in results.values())
     assert texts == sorted(_alone(llm, PROMPTS[:5], max_tokens=10, temperature=0))
     assert thread.stats["completed"] == 5
+
+
+def test_engine_thread_never_fails_a_request_it_accepted(llm):
+    # Requests submitted while the engine thread is inside a step, after it took its inbox,
+    # must count those taken ones: otherwise submit accepts more than max_queue and the engine
+    # later ends the surplus with a QueueFull error event instead of refusing it up front.
+    thread = EngineThread(BatchEngine(llm, slots=1, n_ctx=64, max_queue=1)).start()
+    in_step, resume = threading.Event(), threading.Event()
+    events = []
+
+    def hold_first_token(ev):       # runs on the engine thread, inside its step
+        events.append(ev)
+        if ev.kind == "token" and not in_step.is_set():
+            in_step.set()
+            assert resume.wait(60)
+
+    try:
+        thread.submit(Request(prompt=llm.tokenize("Hi"), max_tokens=30,
+                              on_event=hold_first_token))
+        assert in_step.wait(60)      # the first request holds the slot; its step is paused
+        thread.submit(Request(prompt=llm.tokenize("Yo"), max_tokens=2, on_event=events.append))
+        with pytest.raises(QueueFull, match="max_queue=1"):
+            thread.submit(Request(prompt=llm.tokenize("No"), max_tokens=2,
+                                  on_event=events.append))
+    finally:
+        resume.set()
+    for _ in range(200):        # bounded: the two accepted requests take a few steps
+        if len([e for e in events if e.kind != "token"]) == 2:
+            break
+        time.sleep(0.05)
+    thread.stop()
+    assert [e.kind for e in events if e.kind != "token"] == ["done", "done"]
 
 
 def test_embed_equals_reference_hidden_states(model_path):

@@ -386,6 +386,9 @@ class EngineThread:
         self._name = name
         self._cv = threading.Condition()
         self._inbox: Deque[Request] = collections.deque()
+        # Requests the loop took from the inbox that the snapshot does not count yet: until the
+        # step after them ends, they are queued only in the engine, which the snapshot predates.
+        self._taken = 0
         self._cancels: List[int] = []
         self._stopping = False
         self._thread: Optional[threading.Thread] = None
@@ -408,7 +411,7 @@ class EngineThread:
             limit = self.engine.max_queue
             snap = self._snapshot
             free = snap["slots"] - snap["slots_busy"]
-            waiting = max(0, len(self._inbox) + snap["queued"] - free)
+            waiting = max(0, self._queued_locked() - free)
             if limit is not None and waiting >= limit:
                 raise QueueFull(f"{waiting} requests are waiting for a slot (max_queue={limit})")
             request.id = self.engine.new_id()
@@ -421,12 +424,17 @@ class EngineThread:
             self._cancels.append(request_id)
             self._cv.notify()
 
+    def _queued_locked(self) -> int:
+        """Requests waiting for a slot as of the last step, plus those submitted since (the
+        caller holds the condition's lock)."""
+        return self._snapshot["queued"] + self._taken + len(self._inbox)
+
     @property
     def stats(self) -> dict:
-        """The engine's stats as of its last step (queued includes requests not yet taken)."""
+        """The engine's stats as of its last step (queued includes requests submitted since)."""
         with self._cv:
             out = dict(self._snapshot)
-            out["queued"] += len(self._inbox)
+            out["queued"] = self._queued_locked()
         return out
 
     def stop(self, timeout: Optional[float] = 30.0) -> None:
@@ -445,6 +453,7 @@ class EngineThread:
                 while not (self._stopping or self._inbox or self._cancels or engine.has_work):
                     self._cv.wait()
                 inbox, self._inbox = self._inbox, collections.deque()
+                self._taken += len(inbox)
                 cancels, self._cancels = self._cancels, []
                 stopping = self._stopping
             for r in inbox:
@@ -464,3 +473,4 @@ class EngineThread:
             snapshot = engine.stats
             with self._cv:
                 self._snapshot = snapshot
+                self._taken = 0
