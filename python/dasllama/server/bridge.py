@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import AsyncIterator, List, Optional, Sequence, Tuple
+from typing import AsyncIterator, Callable, List, Optional, Sequence, Tuple
+
+from starlette.responses import StreamingResponse
 
 from ..batch import Event, QueueFull, Request
 from .errors import APIError
 
-__all__ = ["Job", "RequestTimeout", "watch_disconnect", "sse", "SSE_DONE", "RETRY_AFTER_S"]
+__all__ = ["Job", "RequestTimeout", "watch_disconnect", "WatchedStreamingResponse",
+           "post_to_loop", "next_before", "sse", "SSE_DONE", "RETRY_AFTER_S"]
 
 # The Retry-After a full queue answers with: about one short request's time on a busy server.
 RETRY_AFTER_S = 1
@@ -34,6 +37,29 @@ class RequestTimeout(APIError):
     def __init__(self, seconds: float):
         super().__init__(504, f"the request took longer than the server's timeout of "
                               f"{seconds:g} s and was cancelled", code="timeout")
+
+
+def post_to_loop(loop: asyncio.AbstractEventLoop, callback: Callable, *args) -> None:
+    """Schedules callback(*args) on loop from another thread; nothing once the loop is closed
+    (the server is shutting down and nobody reads)."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        pass
+
+
+async def next_before(queue: asyncio.Queue, deadline: float, timeout: float,
+                      cancel: Callable[[], None]):
+    """The queue's next item. Past deadline (the running loop's clock) calls cancel() and
+    raises RequestTimeout(timeout)."""
+    remaining = deadline - asyncio.get_running_loop().time()
+    try:
+        if remaining <= 0:
+            raise asyncio.TimeoutError
+        return await asyncio.wait_for(queue.get(), remaining)
+    except asyncio.TimeoutError:
+        cancel()
+        raise RequestTimeout(timeout) from None
 
 
 class Job:
@@ -58,10 +84,7 @@ class Job:
         loop, queue = self._loop, self._queue
 
         def on_event(event: Event) -> None:      # runs on the engine thread
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, (index, event))
-            except RuntimeError:
-                pass    # the loop is closed: the server is shutting down, nobody reads
+            post_to_loop(loop, queue.put_nowait, (index, event))
         return on_event
 
     def submit(self, requests: Sequence[Request]) -> None:
@@ -100,14 +123,8 @@ class Job:
     async def events(self) -> AsyncIterator[Tuple[int, Event]]:
         """(choice index, event) until every request has sent its "done" or "error" event."""
         while self._open:
-            remaining = self._deadline - self._loop.time()
-            try:
-                if remaining <= 0:
-                    raise asyncio.TimeoutError
-                index, event = await asyncio.wait_for(self._queue.get(), remaining)
-            except asyncio.TimeoutError:
-                self.cancel()
-                raise RequestTimeout(self._timeout) from None
+            index, event = await next_before(self._queue, self._deadline, self._timeout,
+                                             self.cancel)
             if event.kind in ("done", "error"):
                 self._open.discard(index)
             elif event.kind == "token" and self.first_token_at is None:
@@ -123,3 +140,25 @@ async def watch_disconnect(receive, on_disconnect) -> None:
         if message.get("type") == "http.disconnect":
             on_disconnect()
             return
+
+
+class WatchedStreamingResponse(StreamingResponse):
+    """A streamed body that runs `cleanup` (cancel the work, release the lease) however it
+    ends: finished, failed, or cut by a client that went away, even before its first chunk.
+    Disconnects are also watched directly and call `on_disconnect`, so work that has not sent
+    anything yet (a request waiting for a slot or for the model) is cancelled too."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], cleanup: Callable[[], None],
+                 on_disconnect: Callable[[], None], media_type: Optional[str] = None,
+                 headers: Optional[dict] = None):
+        super().__init__(chunks, media_type=media_type, headers=headers)
+        self._cleanup = cleanup
+        self._on_disconnect = on_disconnect
+
+    async def __call__(self, scope, receive, send):
+        watcher = asyncio.ensure_future(watch_disconnect(receive, self._on_disconnect))
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            watcher.cancel()
+            self._cleanup()

@@ -15,10 +15,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, List, Optional, Sequence
 
-from starlette.responses import StreamingResponse
-
 from ..batch import Constraint, Event, Request, SamplingParams, Usage
-from .bridge import Job, watch_disconnect
+from .bridge import Job, WatchedStreamingResponse, watch_disconnect
 from .errors import APIError
 
 __all__ = ["ChoiceResult", "admit", "sampling_params", "engine_requests", "collect",
@@ -153,27 +151,13 @@ async def collect(job: Job, http_request, n_choices: int, on_first_token=None
     return results
 
 
-class EventStreamResponse(StreamingResponse):
-    """A server-sent event stream that runs `cleanup` (cancel the job, release the lease)
-    however it ends: finished, failed, or cut by a client that went away, even before its
-    first chunk. Disconnects are also watched directly, so a request still waiting for a
-    slot is cancelled too."""
-
-    media_type = "text/event-stream"
+class EventStreamResponse(WatchedStreamingResponse):
+    """A server-sent event stream (see bridge.WatchedStreamingResponse for its cleanup)."""
 
     def __init__(self, chunks: AsyncIterator[bytes], cleanup: Callable[[], None],
                  on_disconnect: Callable[[], None]):
-        super().__init__(chunks, headers=SSE_HEADERS)
-        self._cleanup = cleanup
-        self._on_disconnect = on_disconnect
-
-    async def __call__(self, scope, receive, send):
-        watcher = asyncio.ensure_future(watch_disconnect(receive, self._on_disconnect))
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            watcher.cancel()
-            self._cleanup()
+        super().__init__(chunks, cleanup, on_disconnect, media_type="text/event-stream",
+                         headers=SSE_HEADERS)
 
 
 def token_text(llm, token: int) -> tuple:

@@ -40,16 +40,16 @@ import json
 import logging
 import struct
 import threading
-from typing import AsyncIterator, Callable, List, Literal, Optional
+from typing import AsyncIterator, List, Literal, Optional
 
 import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import StreamingResponse
 
-from ..bridge import RETRY_AFTER_S, RequestTimeout, sse, watch_disconnect
+from ..bridge import (RETRY_AFTER_S, WatchedStreamingResponse, next_before, post_to_loop, sse,
+                      watch_disconnect)
 from ..errors import APIError
 from ..generation import SSE_HEADERS, EventStreamResponse
 from ..schemas import _Strict, one_of
@@ -292,10 +292,7 @@ class SpeechJob:
         self._cancel.set()
 
     def _emit(self, item) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-        except RuntimeError:
-            pass    # the loop is closed: the server is shutting down, nobody reads
+        post_to_loop(self._loop, self._queue.put_nowait, item)
 
     def _end(self) -> None:    # on the loop: the model is free before the reader hears so
         self._loaded.waiting -= 1
@@ -315,10 +312,7 @@ class SpeechJob:
             self._emit(("error", e))
         finally:
             self._encoder.close()
-            try:    # last, whether finished, cancelled or failed
-                self._loop.call_soon_threadsafe(self._end)
-            except RuntimeError:
-                pass    # the loop is closed: the server is shutting down
+            post_to_loop(self._loop, self._end)    # last, whether finished, cancelled or failed
 
     def _synthesize(self) -> None:
         if self._cancel.is_set():
@@ -345,14 +339,7 @@ class SpeechJob:
         cancelled); the synthesis's error as an APIError."""
         deadline = self._loop.time() + self._timeout
         while True:
-            remaining = deadline - self._loop.time()
-            try:
-                if remaining <= 0:
-                    raise asyncio.TimeoutError
-                kind, value = await asyncio.wait_for(self._queue.get(), remaining)
-            except asyncio.TimeoutError:
-                self.cancel()
-                raise RequestTimeout(self._timeout) from None
+            kind, value = await next_before(self._queue, deadline, self._timeout, self.cancel)
             if kind == "end":
                 return
             if kind == "error":
@@ -363,25 +350,6 @@ class SpeechJob:
                 raise APIError(500, f"speech synthesis failed: {type(value).__name__}: "
                                     f"{value}", code="synthesis_failed") from value
             yield value
-
-
-class AudioStreamResponse(StreamingResponse):
-    """A streamed audio body that runs `cleanup` however it ends (finished, failed, or cut by
-    a client that went away) and cancels the synthesis as soon as the client leaves."""
-
-    def __init__(self, chunks: AsyncIterator[bytes], media_type: str, headers: dict,
-                 cleanup: Callable[[], None], on_disconnect: Callable[[], None]):
-        super().__init__(chunks, media_type=media_type, headers={**SSE_HEADERS, **headers})
-        self._cleanup = cleanup
-        self._on_disconnect = on_disconnect
-
-    async def __call__(self, scope, receive, send):
-        watcher = asyncio.ensure_future(watch_disconnect(receive, self._on_disconnect))
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            watcher.cancel()
-            self._cleanup()
 
 
 # --------------------------------------------------------------------------------------------
@@ -415,8 +383,9 @@ async def speech(body: SpeechRequest, request: Request):
         lease.release()
 
     if body.stream_format == "audio":
-        return AudioStreamResponse(job.chunks(), MEDIA_TYPES[fmt], headers, cleanup=cleanup,
-                                   on_disconnect=job.cancel)
+        return WatchedStreamingResponse(job.chunks(), cleanup, job.cancel,
+                                        media_type=MEDIA_TYPES[fmt],
+                                        headers={**SSE_HEADERS, **headers})
     if body.stream_format == "sse":
         return EventStreamResponse(_events(job, n_tokens), cleanup=cleanup,
                                    on_disconnect=job.cancel)
