@@ -66,9 +66,11 @@ class Job:
     """The engine requests behind one HTTP request (see the module docstring).
 
     thread: the model's EngineThread. timeout: seconds from now after which events() cancels
-    everything and raises RequestTimeout."""
+    everything and raises RequestTimeout. on_first_token(seconds), when given, is called once
+    with the time from the job's creation to its first token (time to first token)."""
 
-    def __init__(self, thread, timeout: float):
+    def __init__(self, thread, timeout: float,
+                 on_first_token: Optional[Callable[[float], None]] = None):
         self._thread = thread
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue = asyncio.Queue()
@@ -76,8 +78,9 @@ class Job:
         self._deadline = self._loop.time() + timeout
         self._ids: List[int] = []
         self._open: set = set()
-        self.started = time.perf_counter()
-        self.first_token_at: Optional[float] = None
+        self._started = time.perf_counter()
+        self._on_first_token = on_first_token
+        self._seen_token = False
         self.cancelled = False
 
     def _forward(self, index: int):
@@ -116,10 +119,6 @@ class Job:
             for index in list(self._open):
                 self._thread.cancel(self._ids[index])
 
-    @property
-    def done(self) -> bool:
-        return not self._open
-
     async def events(self) -> AsyncIterator[Tuple[int, Event]]:
         """(choice index, event) until every request has sent its "done" or "error" event."""
         while self._open:
@@ -127,8 +126,10 @@ class Job:
                                              self.cancel)
             if event.kind in ("done", "error"):
                 self._open.discard(index)
-            elif event.kind == "token" and self.first_token_at is None:
-                self.first_token_at = time.perf_counter()
+            elif event.kind == "token" and not self._seen_token:
+                self._seen_token = True
+                if self._on_first_token is not None:
+                    self._on_first_token(time.perf_counter() - self._started)
             yield index, event
 
 

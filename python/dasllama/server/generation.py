@@ -1,11 +1,12 @@
 """What chat and completions share: engine requests from a validated body, prompt admission
 against the context, running a Job to the end or as a stream, and token logprobs.
 
-A route handler does: resolve the model and take a lease; turn the body into token ids;
-``admit()`` the prompt (400 when it cannot fit, max_tokens capped by the context);
-``engine_requests()``; ``Job.submit()`` (503 when the queue is full); then ``collect()`` for a
-plain response or ``EventStreamResponse`` over its own chunk generator for a stream. The lease
-and the job are released by whichever of these ends the request.
+A route handler resolves the model, then ``Generation.start()`` takes a lease on it and runs the
+route's prepare(loaded): turn the body into token ids, ``admit()`` the prompt (400 when it
+cannot fit, max_tokens capped by the context), ``engine_requests()``; the requests are then
+submitted as one Job (503 when the queue is full). ``Generation.collect()`` gives a plain
+response's results, ``Generation.stream()`` the response over the route's chunk generator.
+The lease and the job are released by whichever of these ends the request.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, List, Optional, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, Tuple
 
 from ..batch import Constraint, Event, Request, SamplingParams, Usage
 from .bridge import Job, WatchedStreamingResponse, watch_disconnect
 from .errors import APIError
+from .routers.common import config_of, metrics_of, registry_of
 
-__all__ = ["ChoiceResult", "admit", "sampling_params", "engine_requests", "collect",
+__all__ = ["ChoiceResult", "Generation", "admit", "sampling_params", "engine_requests",
            "EventStreamResponse", "token_text", "finish_reason", "usage_of", "SSE_HEADERS"]
 
 log = logging.getLogger("dasllama.server")
@@ -132,23 +134,55 @@ def apply_event(results: List[ChoiceResult], index: int, event: Event) -> None:
         r.usage = event.usage
 
 
-async def collect(job: Job, http_request, n_choices: int, on_first_token=None
-                  ) -> List[ChoiceResult]:
-    """Runs the job to its end and returns each choice's result. A client that disconnects
-    meanwhile cancels the job (its slots free at the next step)."""
-    results = [ChoiceResult() for _ in range(n_choices)]
-    watcher = asyncio.ensure_future(watch_disconnect(http_request.receive, job.cancel))
-    reported = False
-    try:
-        async for index, event in job.events():
-            if not reported and job.first_token_at is not None and on_first_token:
-                reported = True
-                on_first_token(job.first_token_at - job.started)
-            apply_event(results, index, event)
-    finally:
-        watcher.cancel()
-        job.cancel()
-    return results
+class Generation:
+    """One HTTP request's generation: the lease on its model, the loaded model and the Job of
+    its engine requests (see the module docstring)."""
+
+    def __init__(self, lease, loaded, job: Job):
+        self.lease = lease
+        self.loaded = loaded
+        self.job = job
+
+    @classmethod
+    async def start(cls, http_request, entry,
+                    prepare: Callable[[Any], Awaitable[Tuple[List[Request], Any]]]
+                    ) -> Tuple["Generation", Any]:
+        """Leases entry's model, runs prepare(loaded) -> (engine requests, what the route
+        keeps) and submits the requests; returns the Generation and what prepare kept. On any
+        failure the lease is released before the error propagates."""
+        lease = registry_of(http_request).lease(entry)
+        loaded = await lease.__aenter__()
+        try:
+            requests, kept = await prepare(loaded)
+            metrics = metrics_of(http_request)
+            job = Job(loaded.thread, config_of(http_request).request_timeout,
+                      on_first_token=lambda s: metrics.observe_ttft(entry.name, s))
+            job.submit(requests)
+        except BaseException:
+            lease.release()
+            raise
+        return cls(lease, loaded, job), kept
+
+    def _end(self) -> None:
+        self.job.cancel()
+        self.lease.release()
+
+    async def collect(self, http_request, n_choices: int) -> List[ChoiceResult]:
+        """Runs the job to its end and returns each choice's result. A client that disconnects
+        meanwhile cancels the job (its slots free at the next step)."""
+        results = [ChoiceResult() for _ in range(n_choices)]
+        watcher = asyncio.ensure_future(watch_disconnect(http_request.receive, self.job.cancel))
+        try:
+            async for index, event in self.job.events():
+                apply_event(results, index, event)
+        finally:
+            watcher.cancel()
+            self._end()
+        return results
+
+    def stream(self, chunks: AsyncIterator[bytes]) -> "EventStreamResponse":
+        """The server-sent event response over chunks (a generator reading self.job)."""
+        return EventStreamResponse(chunks, cleanup=self._end, on_disconnect=self.job.cancel)
 
 
 class EventStreamResponse(WatchedStreamingResponse):

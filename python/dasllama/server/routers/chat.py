@@ -22,12 +22,12 @@ from typing import Any, Callable, List, Optional
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from ..bridge import SSE_DONE, Job, RequestTimeout, sse
+from ..bridge import SSE_DONE, Job, sse
 from ..errors import APIError
-from ..generation import (ChoiceResult, EventStreamResponse, admit, apply_event,
-                          chat_logprobs, collect, engine_requests, finish_reason, usage_of)
+from ..generation import (ChoiceResult, Generation, admit, apply_event, chat_logprobs,
+                          engine_requests, finish_reason, usage_of)
 from ..schemas import ChatCompletion, ChatCompletionRequest
-from .common import config_of, metrics_of, new_id, now, registry_of
+from .common import new_id, now, registry_of
 
 router = APIRouter()
 
@@ -193,32 +193,21 @@ async def prepare_chat(body: ChatCompletionRequest, loaded) -> PreparedChat:
 # --------------------------------------------------------------------------------------------
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
-    registry = registry_of(request)
-    entry = registry.resolve(body.model)
+    entry = registry_of(request).resolve(body.model)
     _check_unsupported(body)
-    lease = registry.lease(entry)
-    loaded = await lease.__aenter__()
-    try:
+
+    async def prepare(loaded):
         prepared = await prepare_chat(body, loaded)
-        job = Job(loaded.thread, config_of(request).request_timeout)
-        job.submit(prepared.requests)
-    except BaseException:
-        lease.release()
-        raise
-    observe = lambda s: metrics_of(request).observe_ttft(entry.name, s)  # noqa: E731
+        return prepared.requests, prepared
+
+    generation, prepared = await Generation.start(request, entry, prepare)
+    llm = generation.loaded.llm
     if body.stream:
-        def cleanup():
-            job.cancel()
-            lease.release()
-        return EventStreamResponse(_chunks(body, entry.name, loaded.llm, prepared, job, observe),
-                                   cleanup=cleanup, on_disconnect=job.cancel)
-    try:
-        results = await collect(job, request, body.n, observe)
-    finally:
-        lease.release()
+        return generation.stream(_chunks(body, entry.name, llm, prepared, generation.job))
+    results = await generation.collect(request, body.n)
     choices = []
     for i, r in enumerate(results):
-        logprobs = ({"content": chat_logprobs(loaded.llm, r.tokens, prepared.top_logprobs)}
+        logprobs = ({"content": chat_logprobs(llm, r.tokens, prepared.top_logprobs)}
                     if body.logprobs else None)
         message = finish_message(r.text, prepared.tool_plan)
         reason = "tool_calls" if message.get("tool_calls") else finish_reason(r.finish)
@@ -237,7 +226,7 @@ def _chunk(cid: str, created: int, model: str, choices: list, usage=None) -> byt
 
 
 async def _chunks(body: ChatCompletionRequest, model: str, llm, prepared: PreparedChat,
-                  job: Job, observe):
+                  job: Job):
     """The SSE stream: a role chunk per choice, deltas (content, or tool calls once whole;
     logprobs when asked), a finish chunk per choice, a usage chunk
     (stream_options.include_usage), then [DONE]."""
@@ -251,12 +240,8 @@ async def _chunks(body: ChatCompletionRequest, model: str, llm, prepared: Prepar
 
     for i in range(body.n):
         yield delta_chunk(i, {"role": "assistant", "content": ""})
-    reported = False
     try:
         async for index, event in job.events():
-            if not reported and job.first_token_at is not None:
-                reported = True
-                observe(job.first_token_at - job.started)
             apply_event(results, index, event)
             logprobs = None
             if body.logprobs and event.kind == "token" and event.logprob is not None:
@@ -273,7 +258,7 @@ async def _chunks(body: ChatCompletionRequest, model: str, llm, prepared: Prepar
                 reason = ("tool_calls" if replies[index].called_tools
                           else finish_reason(event.finish_reason))
                 yield delta_chunk(index, {}, finish=reason)
-    except (APIError, RequestTimeout) as e:
+    except APIError as e:     # an error event, or RequestTimeout
         job.cancel()
         yield sse(json.dumps(e.body()))
         return

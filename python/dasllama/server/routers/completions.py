@@ -9,12 +9,12 @@ from typing import List
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from ..bridge import SSE_DONE, Job, RequestTimeout, sse
+from ..bridge import SSE_DONE, Job, sse
 from ..errors import APIError
-from ..generation import (ChoiceResult, EventStreamResponse, admit, apply_event, collect,
-                          completion_logprobs, engine_requests, finish_reason, usage_of)
+from ..generation import (ChoiceResult, Generation, admit, apply_event, completion_logprobs,
+                          engine_requests, finish_reason, usage_of)
 from ..schemas import Completion, CompletionRequest
-from .common import config_of, metrics_of, new_id, now, registry_of
+from .common import new_id, now, registry_of
 
 router = APIRouter()
 
@@ -56,12 +56,11 @@ def _prompt_ids(llm, prompts: list) -> List[tuple]:
 
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request):
-    registry = registry_of(request)
-    entry = registry.resolve(body.model)
+    entry = registry_of(request).resolve(body.model)
     _check_unsupported(body)
-    lease = registry.lease(entry)
-    loaded = await lease.__aenter__()
-    try:
+
+    async def prepare(loaded):
+        """The engine requests, and per choice the echoed prompt text ("" without echo)."""
         llm = loaded.llm
         prompts = await run_in_threadpool(_prompt_ids, llm, body.prompts())
         requests, echoes = [], []
@@ -75,23 +74,15 @@ async def completions(body: CompletionRequest, request: Request):
             else:
                 echo = ""
             echoes += [echo] * body.n
-        job = Job(loaded.thread, config_of(request).request_timeout)
-        job.submit(requests)
-    except BaseException:
-        lease.release()
-        raise
-    observe = lambda s: metrics_of(request).observe_ttft(entry.name, s)  # noqa: E731
-    n_prompts = len(prompts)
+        return requests, echoes
+
+    generation, echoes = await Generation.start(request, entry, prepare)
+    llm = generation.loaded.llm
+    n_prompts = len(echoes) // body.n
     if body.stream:
-        def cleanup():
-            job.cancel()
-            lease.release()
-        return EventStreamResponse(_chunks(body, entry.name, llm, echoes, n_prompts, job,
-                                           observe), cleanup=cleanup, on_disconnect=job.cancel)
-    try:
-        results = await collect(job, request, len(requests), observe)
-    finally:
-        lease.release()
+        return generation.stream(_chunks(body, entry.name, llm, echoes, n_prompts,
+                                         generation.job))
+    results = await generation.collect(request, len(echoes))
     choices = []
     for i, r in enumerate(results):
         logprobs = (completion_logprobs(llm, r.tokens, body.logprobs, len(echoes[i]))
@@ -111,7 +102,7 @@ def _chunk(cid: str, created: int, model: str, choices: list, usage=None) -> byt
 
 
 async def _chunks(body: CompletionRequest, model: str, llm, echoes: list, n_prompts: int,
-                  job: Job, observe):
+                  job: Job):
     cid, created = new_id("cmpl"), now()
     results = [ChoiceResult() for _ in echoes]
     offsets = [len(e) for e in echoes]
@@ -119,12 +110,8 @@ async def _chunks(body: CompletionRequest, model: str, llm, echoes: list, n_prom
         if echo:
             yield _chunk(cid, created, model, [{"index": i, "text": echo, "logprobs": None,
                                                 "finish_reason": None}])
-    reported = False
     try:
         async for index, event in job.events():
-            if not reported and job.first_token_at is not None:
-                reported = True
-                observe(job.first_token_at - job.started)
             apply_event(results, index, event)
             logprobs = None
             if body.logprobs is not None and event.kind == "token" and event.logprob is not None:
@@ -140,7 +127,7 @@ async def _chunks(body: CompletionRequest, model: str, llm, echoes: list, n_prom
                                                     "logprobs": None,
                                                     "finish_reason": finish_reason(
                                                         event.finish_reason)}])
-    except (APIError, RequestTimeout) as e:
+    except APIError as e:     # an error event, or RequestTimeout
         job.cancel()
         yield sse(json.dumps(e.body()))
         return
