@@ -257,6 +257,7 @@ def rows_for(engine: Engine, model: dict, cell: dict, reps_figures: list,
             row["samples_ns"] = [int(f["wall_ns"]) for f in reps_figures]
             row["server_cpu_s"] = [round(f["server_cpu_s"], 3) for f in reps_figures]
             row["client_cpu_s"] = [round(f["client_cpu_s"], 3) for f in reps_figures]
+            row["waited_s"] = [round(f.get("waited_s", 0.0), 1) for f in reps_figures]
             if all(f.get("others_cpu_s") is not None for f in reps_figures):
                 row["others_cpu_s"] = [round(f["others_cpu_s"], 3) for f in reps_figures]
         if first:
@@ -284,6 +285,32 @@ def _machine_busy_s() -> Optional[float]:
         return None
     # user nice system idle iowait irq softirq steal ...: all but idle and iowait
     return (sum(fields[:8]) - fields[3] - fields[4]) / CLK_TCK
+
+
+QUIET_WINDOW_S = 1.0       # the window over which others' CPU use is sampled
+QUIET_CORES = 0.2          # others using less than this share of one core: quiet enough
+
+
+def _others_busy(servers: Sequence[ServerProcess], window: float = QUIET_WINDOW_S) -> float:
+    """Cores' worth of CPU that processes outside this run used over ``window`` seconds."""
+    ours0 = sum(s.cpu_seconds() for s in servers) + _cpu_self()
+    busy0 = _machine_busy_s()
+    time.sleep(window)
+    busy1 = _machine_busy_s()
+    ours1 = sum(s.cpu_seconds() for s in servers) + _cpu_self()
+    if busy0 is None or busy1 is None:
+        return 0.0
+    return max(0.0, (busy1 - busy0) - (ours1 - ours0)) / window
+
+
+def wait_quiet(servers: Sequence[ServerProcess], limit: float) -> float:
+    """Before a repetition: wait, up to ``limit`` seconds, until the rest of the machine uses
+    less than QUIET_CORES of a core (a shared box: others' builds and tests). Returns the
+    seconds waited; the repetition then runs whether or not it became quiet."""
+    t0 = time.monotonic()
+    while _others_busy(servers) >= QUIET_CORES and time.monotonic() - t0 < limit:
+        time.sleep(2.0)
+    return time.monotonic() - t0
 
 
 def _one_rep(server: ServerProcess, idle: list, bodies: list, concurrency: int,
@@ -421,8 +448,8 @@ def _start_servers(servers: dict, engines: Sequence[Engine], path, model: dict, 
 
 
 def _run_cell(cell: dict, names: list, servers: dict, ids: dict, file: str, *, reps: int,
-              seed: int, pause: float, timeout: float, noise_cv: Optional[float],
-              idle_max: dict, on_event: Callable) -> tuple:
+              seed: int, pause: float, quiet_wait: float, timeout: float,
+              noise_cv: Optional[float], idle_max: dict, on_event: Callable) -> tuple:
     """One cell on every engine: an untimed round (warm-up; for the prefix cell, priming),
     then ``reps`` repetitions alternating engines, and once more for an engine whose
     aggregate cv exceeds ``noise_cv``. Returns (figures, first attempts) per engine."""
@@ -440,11 +467,15 @@ def _run_cell(cell: dict, names: list, servers: dict, ids: dict, file: str, *, r
         for rep, name in schedule(which, reps):
             if pause > 0:
                 time.sleep(pause)
+            waited = wait_quiet(list(servers.values()), quiet_wait) if quiet_wait else 0.0
+            if waited > 2 * QUIET_WINDOW_S:
+                on_event("note", message=f"waited {waited:.0f} s for the machine to be quiet")
             bodies = make(ids[name], cell["requests"], cell["max_tokens"],
                           f"{seed}-{file}-{label}-{rep}-{attempt}")
             others = [servers[n] for n in names if n != name]
             fig = _one_rep(servers[name], others, bodies, cell["concurrency"],
                            cell["max_tokens"], timeout)
+            fig["waited_s"] = waited
             figures[name].append(fig)
             for n in names:
                 if n != name:
@@ -470,7 +501,7 @@ def _run_cell(cell: dict, names: list, servers: dict, ids: dict, file: str, *, r
 def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
               concurrency: Sequence[int], requests: int, max_tokens: int, ctx: int,
               slots: Optional[int] = None, reps: int = 5, prefix_concurrency: Optional[int] = None,
-              seed: int = 0, pause: float = DEFAULT_PAUSE_S,
+              seed: int = 0, pause: float = DEFAULT_PAUSE_S, quiet_wait: float = 0.0,
               noise_cv: Optional[float] = NOISE_CV, start_timeout: float = 600.0,
               request_timeout: float = 600.0, log_dir: Optional[str] = None,
               config: Optional[dict] = None, on_event: Callable = lambda *a, **k: None,
@@ -500,7 +531,8 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
     for c in cells:
         c.update(requests=requests, max_tokens=max_tokens, slots=slots, ctx=ctx)
     result = {"config": {"reps": reps, "threads": threads, "warmup": 1, "alternate": True,
-                         "seed": seed, "pause_s": pause, "concurrency": concurrency,
+                         "seed": seed, "pause_s": pause, "quiet_wait_s": quiet_wait,
+                         "quiet_cores": QUIET_CORES, "concurrency": concurrency,
                          "requests": requests, "max_tokens": max_tokens, "slots": slots,
                          "ctx_per_slot": ctx, "prefix_concurrency": prefix_concurrency,
                          "temperature": 0, "ignore_eos": True, "stream": True,
@@ -541,6 +573,7 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
                     current["cell"] = _label(cell)
                     figures, firsts = _run_cell(cell, names, servers, ids, model["file"],
                                                 reps=reps, seed=seed, pause=pause,
+                                                quiet_wait=quiet_wait,
                                                 timeout=request_timeout, noise_cv=noise_cv,
                                                 idle_max=idle_max, on_event=on_event)
                     for e in engines:
@@ -612,6 +645,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="picks the prompts")
     p.add_argument("--pause", type=float, default=DEFAULT_PAUSE_S,
                    help="seconds of rest before each repetition (default %(default)s)")
+    p.add_argument("--quiet-wait", type=float, default=0.0, metavar="SECONDS",
+                   help="before each repetition, wait up to this long for the rest of the "
+                        "machine to use under a fifth of a core (a shared box; default 0: "
+                        "do not wait)")
     p.add_argument("--start-timeout", type=float, default=600.0,
                    help="seconds a server may take to answer /health 200 (default 600)")
     p.add_argument("--request-timeout", type=float, default=600.0,
@@ -694,7 +731,8 @@ def run_serve(args) -> int:
                          requests=args.requests, max_tokens=args.max_tokens, ctx=args.ctx,
                          slots=args.slots, reps=args.reps,
                          prefix_concurrency=args.prefix_concurrency, seed=args.seed,
-                         pause=args.pause, noise_cv=None if args.no_rerun else NOISE_CV,
+                         pause=args.pause, quiet_wait=args.quiet_wait,
+                         noise_cv=None if args.no_rerun else NOISE_CV,
                          start_timeout=args.start_timeout,
                          request_timeout=args.request_timeout, log_dir=args.logs,
                          config={"smoke": True} if args.smoke else None,
