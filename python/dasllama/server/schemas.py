@@ -19,7 +19,8 @@ __all__ = [
     "TokenizeRequest", "DetokenizeRequest", "StreamOptions", "ResponseFormat", "ToolDefinition",
     "Usage", "PromptTokensDetails", "ChatCompletion", "ChatCompletionChunk", "Completion",
     "CompletionChunk", "ModelCard", "ModelList", "TokenizeResponse", "DetokenizeResponse",
-    "MAX_N", "MAX_STOP", "MAX_TOP_LOGPROBS", "SEED_MAX",
+    "MAX_N", "MAX_STOP", "MAX_TOP_LOGPROBS", "SEED_MAX", "one_of", "prompt_union",
+    "as_prompt_list",
 ]
 
 # Choices per request: each is a sequence of its own in the engine, so n is capped like slots.
@@ -248,9 +249,25 @@ class ChatCompletionRequest(_SamplingFields):
             else self.max_tokens
 
 
-Prompt = one_of("prompt must be a string, a list of strings, a list of token ids or a list "
-                "of token-id lists", _pick_prompt, text=str, texts=List[str], ids=List[int],
-                id_lists=List[List[int]])
+def prompt_union(field: str):
+    """The type of a field holding one or several prompts (completions' prompt, embeddings'
+    input): a string, a list of strings, a list of token ids or a list of token-id lists."""
+    return one_of(f"{field} must be a string, a list of strings, a list of token ids or a list "
+                  f"of token-id lists", _pick_prompt, text=str, texts=List[str], ids=List[int],
+                  id_lists=List[List[int]])
+
+
+def as_prompt_list(value) -> list:
+    """A prompt_union field's value as a list of prompts, each a string or a list of token ids
+    (a bare list of ids is one prompt)."""
+    if isinstance(value, str):
+        return [value]
+    if all(isinstance(p, int) for p in value):
+        return [list(value)]
+    return list(value)
+
+
+Prompt = prompt_union("prompt")
 
 
 class CompletionRequest(_SamplingFields):
@@ -276,12 +293,7 @@ class CompletionRequest(_SamplingFields):
 
     def prompts(self) -> list:
         """The prompts as a list, each a string or a list of token ids."""
-        v = self.prompt
-        if isinstance(v, str):
-            return [v]
-        if all(isinstance(p, int) for p in v):
-            return [list(v)]
-        return list(v)
+        return as_prompt_list(self.prompt)
 
 
 class TokenizeRequest(_Strict):

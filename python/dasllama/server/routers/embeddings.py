@@ -22,7 +22,7 @@ from pydantic import Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import APIError
-from ..schemas import _Strict, one_of
+from ..schemas import _Strict, as_prompt_list, prompt_union
 from .common import registry_of
 
 __all__ = ["router", "EmbeddingRequest", "MAX_EMBEDDING_INPUTS"]
@@ -35,21 +35,7 @@ MAX_EMBEDDING_INPUTS = 2048
 _VECTOR_POOLINGS = ("mean", "cls", "last")
 
 
-def _pick_input(v) -> Optional[str]:
-    if isinstance(v, str):
-        return "text"
-    if not isinstance(v, list):
-        return None
-    if v and all(isinstance(x, list) for x in v):
-        return "id_lists"
-    if v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-        return "ids"
-    return "texts"
-
-
-EmbeddingInput = one_of("input must be a string, a list of strings, a list of token ids or a "
-                        "list of token-id lists", _pick_input, text=str, texts=List[str],
-                        ids=List[int], id_lists=List[List[int]])
+EmbeddingInput = prompt_union("input")
 
 
 class EmbeddingRequest(_Strict):
@@ -74,12 +60,7 @@ class EmbeddingRequest(_Strict):
 
     def inputs(self) -> list:
         """The inputs as a list, each a string or a list of token ids."""
-        v = self.input
-        if isinstance(v, str):
-            return [v]
-        if all(isinstance(x, int) for x in v):
-            return [list(v)]
-        return list(v)
+        return as_prompt_list(self.input)
 
 
 def _input_ids(llm, inputs: list, n_ctx: int) -> List[List[int]]:
