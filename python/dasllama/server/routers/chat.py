@@ -6,14 +6,12 @@ requests) -> submit -> collect or stream -> ``finish_message`` / ``ReplyStream``
 generated text becomes the reply, where tool calls are parsed out).
 
 Constrained output (``response_format`` json_object / json_schema) comes from dasllama.grammar,
-tool calling (``tools``, ``tool_choice``) from dasllama.tools; when this install lacks one of
-them, a request that needs it is a 400, never silently ignored.
+tool calling (``tools``, ``tool_choice``) from dasllama.tools; without the llguidance package a
+request that needs a constraint is a 400 (grammar's GrammarError), never silently ignored.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import re
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from typing import Any, Callable, List, Optional
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
+from ... import grammar, tools
 from ..bridge import SSE_DONE, Job, sse
 from ..errors import APIError
 from ..generation import (ChoiceResult, Generation, admit, apply_event, chat_logprobs,
@@ -49,16 +48,8 @@ class PreparedChat:
 
 
 # --------------------------------------------------------------------------------------------
-# Hooks: constrained decoding and tools
+# Constrained decoding and tools
 # --------------------------------------------------------------------------------------------
-def _optional_module(name: str):
-    """dasllama.<name> if it is part of this install, else None."""
-    qualified = f"dasllama.{name}"
-    if importlib.util.find_spec(qualified) is None:
-        return None
-    return importlib.import_module(qualified)
-
-
 def _factory(make: Callable[[], Any], param: str) -> Callable[[], Any]:
     """A constraint factory: the first constraint is built now, so a grammar that cannot be
     enforced is a 400 before anything is submitted; later ones on demand."""
@@ -86,11 +77,6 @@ def _constraint_factory(body: ChatCompletionRequest, llm, extra_eog, plan
         return _factory(lambda: plan.constraint(llm, extra_eog=extra_eog), "tool_choice")
     if not wants_format:
         return None
-    grammar = _optional_module("grammar")
-    if grammar is None or not hasattr(grammar, "constraint_for_response_format"):
-        raise APIError(400, f"response_format {rf.type!r} is not supported by this server "
-                            f"(no constrained decoding in this install)",
-                       param="response_format", code="unsupported")
     spec = rf.model_dump(by_alias=True, exclude_none=True)
     return _factory(lambda: grammar.constraint_for_response_format(llm, spec,
                                                                    extra_eog=extra_eog),
@@ -101,10 +87,6 @@ def _tool_plan(body: ChatCompletionRequest, llm):
     """The dasllama.tools plan for body.tools / tool_choice; None when neither is given."""
     if not body.tools and body.tool_choice is None:
         return None
-    tools = _optional_module("tools")
-    if tools is None or not hasattr(tools, "plan_tools"):
-        raise APIError(400, "tools are not supported by this server (no tool calling in this "
-                            "install)", param="tools", code="unsupported")
     choice = body.tool_choice
     if choice is not None and not isinstance(choice, str):
         choice = choice.model_dump(exclude_none=True)
