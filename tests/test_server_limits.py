@@ -214,6 +214,52 @@ def test_health_is_503_while_a_model_loads_and_after_a_failed_load(tiny):
         assert err["code"] == "model_load_failed"
 
 
+def test_a_request_cancelled_while_its_model_loads_leaves_the_load_to_finish():
+    # A request cancelled while it waits for a load (a client gone, under a host that cancels
+    # handlers) must not strand the model in "loading" with the loaded object never recorded,
+    # never closed, and loaded again by the next request.
+    import asyncio
+
+    from dasllama.server.config import ServerConfig
+    from dasllama.server.registry import ModelRegistry
+
+    release = threading.Event()
+    made = []
+
+    class Model:
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    def load():
+        assert release.wait(60), "the test never released the load"
+        made.append(Model())
+        return made[-1]
+
+    async def scenario():
+        registry = ModelRegistry(ServerConfig(
+            models=[ModelSpec("m", kind="custom", loader=load)], load_at_start=False))
+        await registry.start()
+        entry = registry.get("m")
+        first = asyncio.ensure_future(registry.lease(entry).__aenter__())
+        for _ in range(200):      # bounded: until the load has begun
+            if entry.state == "loading":
+                break
+            await asyncio.sleep(0.01)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        release.set()
+        async with registry.lease(entry) as model:
+            assert model is made[0]
+        assert (entry.state, entry.loads, len(made)) == ("ready", 1, 1)
+        await registry.close()
+        assert made[0].closed
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
 def test_keep_alive_unloads_an_idle_model_and_reloads_it(tiny, slow):
     with serve([spec("tiny", tiny), spec("slow", slow)], n_ctx=4096, parallel=1,
                keep_alive=0.3) as srv:

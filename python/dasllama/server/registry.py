@@ -41,6 +41,13 @@ THROUGHPUT_WINDOW_S = 10.0
 _CUMULATIVE = ("prompt_tokens", "cached_tokens", "prompt_cache_hits", "generated_tokens", "steps")
 
 
+def _retrieve_exception(task: asyncio.Task) -> None:
+    """Marks a failed load's error as seen: when every request waiting for the load was
+    cancelled, nobody else reads it (it is recorded in the entry's error)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class LoadedLLM:
     """A language model ready to serve: llm (dasllama.LLM), engine (BatchEngine) and
     thread (EngineThread, started)."""
@@ -145,6 +152,7 @@ class ModelEntry:
         self.loads = 0
         self.created = int(time.time())
         self.lock: Optional[asyncio.Lock] = None     # made on the loop by ModelRegistry.start
+        self.load_task: Optional[asyncio.Task] = None    # the load in progress, if any
         self.retired: Dict[str, int] = {k: 0 for k in _CUMULATIVE}
         self._throughput: Deque[Tuple[float, int]] = collections.deque()
 
@@ -304,12 +312,17 @@ class ModelRegistry:
         assert entry.lock is not None, "ModelRegistry.start() was not called"
         async with entry.lock:
             if entry.state != "ready":
-                await self._load_locked(entry)
+                if entry.load_task is None:
+                    entry.load_task = asyncio.ensure_future(self._load(entry))
+                    entry.load_task.add_done_callback(_retrieve_exception)
+                # Shielded: a request cancelled while it waits leaves the load to finish and be
+                # recorded (the next request waits for the same load instead of starting one).
+                await asyncio.shield(entry.load_task)
             entry.in_use += 1
             entry.last_used = time.monotonic()
             return entry.loaded
 
-    async def _load_locked(self, entry: ModelEntry) -> None:
+    async def _load(self, entry: ModelEntry) -> None:
         entry.state = "loading"
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
@@ -320,6 +333,8 @@ class ModelRegistry:
             log.error("model %r failed to load: %s", entry.name, entry.error)
             raise APIError(503, f"the model {entry.name!r} could not be loaded: {entry.error}",
                            param="model", code="model_load_failed") from e
+        finally:
+            entry.load_task = None
         entry.loaded, entry.state, entry.error = loaded, "ready", None
         entry.loads += 1
         entry.last_used = time.monotonic()
@@ -383,7 +398,8 @@ class ModelRegistry:
             await asyncio.gather(self._housekeeping, return_exceptions=True)
         # Loads in progress finish first: a worker thread cannot be interrupted, and a model
         # it loads after this point would never be closed.
-        await asyncio.gather(*self._loads, return_exceptions=True)
+        in_progress = [e.load_task for e in self._entries.values() if e.load_task is not None]
+        await asyncio.gather(*self._loads, *in_progress, return_exceptions=True)
         loop = asyncio.get_running_loop()
         for entry in self._entries.values():
             loaded, entry.loaded = entry.loaded, None
