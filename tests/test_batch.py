@@ -351,28 +351,33 @@ def test_embed_equals_reference_hidden_states(model_path):
 
 
 class FailsAfter:
-    """A constraint whose matcher rejects the third token (as a grammar that hits a bug would)."""
+    """A constraint whose matcher rejects the third token (as a grammar that hits a bug would),
+    in advance() or in the is_done() that follows it."""
 
-    def __init__(self):
+    def __init__(self, where: str = "advance"):
         self.n = 0
+        self.where = where
 
     def mask(self):
         return None
 
     def advance(self, token):
         self.n += 1
-        if self.n == 3:
+        if self.n == 3 and self.where == "advance":
             raise ValueError("matcher rejected token")
 
     def is_done(self):
+        if self.n == 3 and self.where == "is_done":
+            raise ValueError("matcher rejected token")
         return False
 
 
-def test_failing_constraint_ends_only_its_request(llm):
+@pytest.mark.parametrize("where", ["advance", "is_done"])
+def test_failing_constraint_ends_only_its_request(llm, where):
     engine = BatchEngine(llm, slots=2)
     greedy = SamplingParams(temperature=0)
     res = _run(engine, [Request(prompt=llm.tokenize(PROMPTS[0]), max_tokens=12, sampling=greedy,
-                                constraint=FailsAfter()),
+                                constraint=FailsAfter(where)),
                         Request(prompt=llm.tokenize(PROMPTS[1]), max_tokens=12, sampling=greedy)])
     (_, bad), (good_text, good) = res.values()
     assert bad.kind == "error" and "matcher rejected" in str(bad.error)

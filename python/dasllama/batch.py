@@ -360,12 +360,14 @@ class BatchEngine:
         if r.logprobs is not None:
             ev.logprob, ev.top_logprobs = float(logprob), [(int(t), float(p)) for t, p in top]
         out = [ev]
+        constraint_done = False
         if r.constraint is not None:
             try:
                 r.constraint.advance(token)
+                constraint_done = r.constraint.is_done()
             except Exception as e:
                 return out + [self._fail(a, e)]
-        if a.text.stopped or (r.constraint is not None and r.constraint.is_done()):
+        if a.text.stopped or constraint_done:
             out.append(self._finish(a, "stop"))
         elif r.max_tokens is not None and a.usage.completion_tokens >= r.max_tokens:
             out.append(self._finish(a, "length"))
