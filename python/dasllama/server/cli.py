@@ -36,6 +36,16 @@ Each -m is a model name, a .gguf path, or NAME=MODEL to serve it under NAME (the
 field of requests); without a NAME a path is served under its file name's stem."""
 
 
+def _name_and_source(value: str, flag: str) -> tuple:
+    """(NAME, MODEL) of a NAME=MODEL value; NAME is "" for a bare MODEL."""
+    name, sep, source = value.partition("=")
+    if not sep:
+        return "", value
+    if not name:
+        raise ValueError(f"{flag} {value!r}: the name before '=' is empty")
+    return name, source
+
+
 def model_specs(values) -> list:
     """ModelSpecs from -m values (NAME, PATH or NAME=MODEL); each model is found now, so a
     typo fails before the server starts."""
@@ -44,11 +54,7 @@ def model_specs(values) -> list:
 
     specs = []
     for value in values or [DEFAULT_MODEL]:
-        name, sep, source = value.partition("=")
-        if not sep:
-            name, source = "", value
-        if sep and not name:
-            raise ValueError(f"-m {value!r}: the name before '=' is empty")
+        name, source = _name_and_source(value, "-m")
         path = models.find(source)
         if not name:
             name = source if source in models.PACKAGED else Path(path).stem
@@ -71,11 +77,7 @@ def tts_specs(values, voices) -> list:
         voice_files[name] = path
     specs = []
     for value in values or []:
-        name, sep, source = value.partition("=")
-        if not sep:
-            name, source = "", value
-        if sep and not name:
-            raise ValueError(f"--tts {value!r}: the name before '=' is empty")
+        name, source = _name_and_source(value, "--tts")
         path = models.find(source)
         specs.append(ModelSpec(name=name or Path(path).stem, source=str(path), kind="tts",
                                voices=dict(voice_files)))
