@@ -77,3 +77,11 @@ class ServerConfig:
         if dupes:
             raise ValueError(f"two models share the name {dupes[0]!r}; give one another "
                              f"name with -m NAME=MODEL")
+
+    def slots_of(self, spec: ModelSpec) -> int:
+        """The slots a language model is served with: its own, else the server's --parallel."""
+        return spec.slots or self.parallel
+
+    def n_ctx_of(self, spec: ModelSpec) -> int:
+        """A language model's context per slot: its own, else the server's --ctx."""
+        return spec.n_ctx or self.n_ctx

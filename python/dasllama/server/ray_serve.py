@@ -149,7 +149,7 @@ def replica_slots(config: ServerConfig) -> int:
     model (a speech model speaks one request at a time)."""
     total = 0
     for spec in config.models:
-        total += (spec.slots or config.parallel) if spec.kind == "llm" else 1
+        total += config.slots_of(spec) if spec.kind == "llm" else 1
     return max(1, total)
 
 

@@ -64,8 +64,8 @@ class LoadedLLM:
         from ..batch import BatchEngine, EngineThread
         from ..llm import LLM
 
-        n_ctx = spec.n_ctx or config.n_ctx
-        slots = spec.slots or config.parallel
+        n_ctx = config.n_ctx_of(spec)
+        slots = config.slots_of(spec)
         llm = LLM(spec.source, device=config.device, n_ctx=n_ctx, threads=config.threads,
                   kv_type=config.kv_type)
         try:

@@ -34,8 +34,8 @@ def _card(entry, config) -> ModelCard:
     n_ctx = getattr(loaded, "n_ctx", None)
     slots = getattr(loaded, "slots", None)
     if entry.kind == "llm":
-        n_ctx = n_ctx or entry.spec.n_ctx or config.n_ctx
-        slots = slots or entry.spec.slots or config.parallel
+        n_ctx = n_ctx or config.n_ctx_of(entry.spec)
+        slots = slots or config.slots_of(entry.spec)
     return ModelCard(id=entry.name, created=entry.created, kind=entry.kind, status=entry.state,
                      n_ctx=n_ctx, slots=slots)
 
