@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import io
 import json
 import logging
 import struct
 import threading
-from typing import AsyncIterator, List, Literal, Optional
+from typing import AsyncIterator, List, Literal, Optional, Tuple
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -112,9 +113,11 @@ def _soundfile():
     return soundfile
 
 
-def supported_formats() -> List[str]:
+@functools.lru_cache(maxsize=None)
+def supported_formats() -> Tuple[str, ...]:
     """The response formats this install can encode: wav and pcm always; flac, mp3 and opus
-    when soundfile's libsndfile has their encoders."""
+    when soundfile's libsndfile has their encoders. Found once: the library does not change
+    while the server runs, and every request asks."""
     out = ["wav", "pcm"]
     sf = _soundfile()
     if sf is not None:
@@ -122,7 +125,7 @@ def supported_formats() -> List[str]:
         for name, (major, subtype) in SOUNDFILE_FORMATS.items():
             if major in majors and subtype in sf.available_subtypes(major):
                 out.append(name)
-    return out
+    return tuple(out)
 
 
 def _response_format(body: SpeechRequest) -> str:
