@@ -130,7 +130,6 @@ class _Active:
     slot: int
     text: _TextStream
     usage: Usage
-    cancelled: bool = False
 
 
 def _sampler_for(params: SamplingParams):

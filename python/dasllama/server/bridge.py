@@ -81,7 +81,7 @@ class Job:
         self._started = time.perf_counter()
         self._on_first_token = on_first_token
         self._seen_token = False
-        self.cancelled = False
+        self._cancelled = False
 
     def _forward(self, index: int):
         loop, queue = self._loop, self._queue
@@ -114,8 +114,8 @@ class Job:
 
     def cancel(self) -> None:
         """Cancels the requests that have not finished (idempotent)."""
-        if self._open and not self.cancelled:
-            self.cancelled = True
+        if self._open and not self._cancelled:
+            self._cancelled = True
             for index in list(self._open):
                 self._thread.cancel(self._ids[index])
 
