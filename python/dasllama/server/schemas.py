@@ -17,8 +17,8 @@ from pydantic import (AliasChoices, BaseModel, ConfigDict, Discriminator, Field,
 __all__ = [
     "ChatMessage", "ContentPart", "ChatCompletionRequest", "CompletionRequest",
     "TokenizeRequest", "DetokenizeRequest", "StreamOptions", "ResponseFormat", "ToolDefinition",
-    "Usage", "PromptTokensDetails", "ChatCompletion", "ChatCompletionChunk", "Completion",
-    "CompletionChunk", "ModelCard", "ModelList", "TokenizeResponse", "DetokenizeResponse",
+    "Usage", "PromptTokensDetails", "ChatCompletion", "Completion", "ModelCard", "ModelList",
+    "TokenizeResponse", "DetokenizeResponse",
     "MAX_N", "MAX_STOP", "MAX_TOP_LOGPROBS", "SEED_MAX", "one_of", "prompt_union",
     "as_prompt_list",
 ]
@@ -366,29 +366,6 @@ class ChatCompletion(BaseModel):
     system_fingerprint: Optional[str] = None
 
 
-class ChatDelta(BaseModel):
-    role: Optional[str] = None
-    content: Optional[str] = None
-    tool_calls: Optional[List[Dict[str, Any]]] = None
-
-
-class ChatChunkChoice(BaseModel):
-    index: int
-    delta: ChatDelta
-    logprobs: Optional[ChoiceLogprobs] = None
-    finish_reason: Optional[str] = None
-
-
-class ChatCompletionChunk(BaseModel):
-    id: str
-    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
-    choices: List[ChatChunkChoice]
-    usage: Optional[Usage] = None
-    system_fingerprint: Optional[str] = None
-
-
 class CompletionLogprobs(BaseModel):
     tokens: List[str] = Field(default_factory=list)
     token_logprobs: List[Optional[float]] = Field(default_factory=list)
@@ -411,10 +388,6 @@ class Completion(BaseModel):
     choices: List[CompletionChoice]
     usage: Optional[Usage] = None
     system_fingerprint: Optional[str] = None
-
-
-class CompletionChunk(Completion):
-    pass
 
 
 class ModelCard(BaseModel):
