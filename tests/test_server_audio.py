@@ -67,26 +67,19 @@ def tts(model_path, voice_file):
 
 @pytest.fixture(scope="module")
 def server(model_path, voice_file):
-    require("fastapi")
-    require("uvicorn")
-    from dasllama.server import ModelSpec, ServerConfig
-    from dasllama.server.local import BackgroundServer
+    from test_server_support import serve, spec
 
     # max_queue 0: a request that finds the model busy is a 503 (test_busy_model_is_503).
-    config = ServerConfig(models=[ModelSpec("pocket", model_path, kind="tts",
-                                            voices={"tone": voice_file})],
-                          host="127.0.0.1", port=0, threads=2, max_queue=0,
-                          request_timeout=120)
-    with BackgroundServer(config) as srv:
-        srv.wait_ready(120)
+    with serve([spec("pocket", model_path, kind="tts", voices={"tone": voice_file})],
+               threads=2, max_queue=0, request_timeout=120) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    openai = require("openai")
-    with openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0,
-                       timeout=120) as c:
+    from test_server_support import client as openai_client
+
+    with openai_client(server) as c:
         yield c
 
 

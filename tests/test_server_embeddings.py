@@ -53,24 +53,18 @@ def paths(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(paths):
-    require("fastapi")
-    require("uvicorn")
-    from dasllama.server import ModelSpec, ServerConfig
-    from dasllama.server.local import BackgroundServer
+    from test_server_support import serve, spec
 
-    config = ServerConfig(models=[ModelSpec(name, path) for name, path in paths.items()],
-                          host="127.0.0.1", port=0, parallel=2, n_ctx=N_CTX, threads=1,
-                          kv_type="f32")
-    with BackgroundServer(config) as srv:
-        srv.wait_ready(120)
+    with serve([spec(name, path) for name, path in paths.items()], parallel=2, n_ctx=N_CTX,
+               kv_type="f32") as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    openai = require("openai")
-    with openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0,
-                       timeout=60) as c:
+    from test_server_support import client as openai_client
+
+    with openai_client(server, timeout=60) as c:
         yield c
 
 
