@@ -289,6 +289,7 @@ def _machine_busy_s() -> Optional[float]:
 
 QUIET_WINDOW_S = 1.0       # the window over which others' CPU use is sampled
 QUIET_CORES = 0.2          # others using less than this share of one core: quiet enough
+QUIET_STREAK = 3           # ... in this many windows in a row (others' tests come in bursts)
 
 
 def _others_busy(servers: Sequence[ServerProcess], window: float = QUIET_WINDOW_S) -> float:
@@ -304,12 +305,14 @@ def _others_busy(servers: Sequence[ServerProcess], window: float = QUIET_WINDOW_
 
 
 def wait_quiet(servers: Sequence[ServerProcess], limit: float) -> float:
-    """Before a repetition: wait, up to ``limit`` seconds, until the rest of the machine uses
-    less than QUIET_CORES of a core (a shared box: others' builds and tests). Returns the
-    seconds waited; the repetition then runs whether or not it became quiet."""
+    """Before a repetition: wait, up to ``limit`` seconds, until the rest of the machine has
+    used less than QUIET_CORES of a core for QUIET_STREAK windows in a row (a shared box:
+    others' builds and tests). Returns the seconds waited; the repetition then runs whether
+    or not it became quiet."""
     t0 = time.monotonic()
-    while _others_busy(servers) >= QUIET_CORES and time.monotonic() - t0 < limit:
-        time.sleep(2.0)
+    streak = 0
+    while streak < QUIET_STREAK and time.monotonic() - t0 < limit:
+        streak = streak + 1 if _others_busy(servers) < QUIET_CORES else 0
     return time.monotonic() - t0
 
 
@@ -468,7 +471,7 @@ def _run_cell(cell: dict, names: list, servers: dict, ids: dict, file: str, *, r
             if pause > 0:
                 time.sleep(pause)
             waited = wait_quiet(list(servers.values()), quiet_wait) if quiet_wait else 0.0
-            if waited > 2 * QUIET_WINDOW_S:
+            if waited > (QUIET_STREAK + 1) * QUIET_WINDOW_S:
                 on_event("note", message=f"waited {waited:.0f} s for the machine to be quiet")
             bodies = make(ids[name], cell["requests"], cell["max_tokens"],
                           f"{seed}-{file}-{label}-{rep}-{attempt}")
