@@ -12,7 +12,6 @@ The lease and the job are released by whichever of these ends the request.
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, Tuple
 
@@ -23,8 +22,6 @@ from .routers.common import config_of, metrics_of, registry_of
 
 __all__ = ["ChoiceResult", "Generation", "admit", "sampling_params", "engine_requests",
            "EventStreamResponse", "token_text", "finish_reason", "usage_of", "SSE_HEADERS"]
-
-log = logging.getLogger("dasllama.server")
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -71,7 +68,7 @@ def sampling_params(body, seed_offset: int = 0) -> SamplingParams:
     return p
 
 
-def engine_requests(ids: Sequence[int], body, loaded, *, n: int, max_tokens: int,
+def engine_requests(ids: Sequence[int], body, *, n: int, max_tokens: int,
                     stop: Sequence[str], extra_eog: Sequence[int] = (),
                     logprobs: Optional[int] = None,
                     constraint_factory: Optional[Callable[[], Optional[Constraint]]] = None

@@ -36,12 +36,8 @@ _TOOL_FIELD = re.compile(r"^(tools(\[\d+\])?(\.\w+)*|tool_choice(\.\w+)*|paralle
 
 @dataclass
 class PreparedChat:
-    """A chat request turned into engine requests: the prompt, its stops, the n requests, and
-    the tool plan (None without tools) that parses tool calls out of the reply."""
-    ids: List[int]
-    extra_eog: List[int]
-    stops: List[str]
-    max_tokens: int
+    """A chat request turned into engine requests: the n requests, the tool plan (None without
+    tools) that parses tool calls out of the reply, and the alternatives per token to report."""
     requests: list
     tool_plan: Any = None
     top_logprobs: int = 0
@@ -146,10 +142,7 @@ def _prepare_blocking(body: ChatCompletionRequest, loaded) -> PreparedChat:
     messages = [m.for_template() for m in body.messages]
     plan = _tool_plan(body, llm)
     try:
-        if plan is not None:
-            ids, extra_eog, text_stops = llm.chat_prompt(messages, tool_plan=plan)
-        else:
-            ids, extra_eog, text_stops = llm.chat_prompt(messages)
+        ids, extra_eog, text_stops = llm.chat_prompt(messages, tool_plan=plan)
     except ValueError as e:    # the template rejected the conversation
         raise APIError(400, f"messages: {e}", param="messages", code="invalid_messages") from e
     ids, extra_eog = list(ids), list(extra_eog)
@@ -157,10 +150,10 @@ def _prepare_blocking(body: ChatCompletionRequest, loaded) -> PreparedChat:
     stops = body.stop_list() + list(text_stops)
     top = body.top_logprobs or 0
     factory = _constraint_factory(body, llm, extra_eog, plan)
-    requests = engine_requests(ids, body, loaded, n=body.n, max_tokens=max_tokens, stop=stops,
+    requests = engine_requests(ids, body, n=body.n, max_tokens=max_tokens, stop=stops,
                                extra_eog=extra_eog, logprobs=top if body.logprobs else None,
                                constraint_factory=factory)
-    return PreparedChat(ids, extra_eog, stops, max_tokens, requests, plan, top)
+    return PreparedChat(requests, plan, top)
 
 
 async def prepare_chat(body: ChatCompletionRequest, loaded) -> PreparedChat:

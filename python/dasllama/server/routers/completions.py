@@ -67,7 +67,7 @@ async def completions(body: CompletionRequest, request: Request):
         for i, (ids, text) in enumerate(prompts):
             where = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
             max_tokens = admit(len(ids), loaded.n_ctx, body.max_tokens, where)
-            requests += engine_requests(ids, body, loaded, n=body.n, max_tokens=max_tokens,
+            requests += engine_requests(ids, body, n=body.n, max_tokens=max_tokens,
                                         stop=body.stop_list(), logprobs=body.logprobs)
             if body.echo:
                 echo = text if text is not None else await run_in_threadpool(llm.detokenize, ids)
