@@ -237,6 +237,10 @@ class BatchEngine:
         if self.max_queue is not None and waiting >= self.max_queue:
             raise QueueFull(f"{waiting} requests are waiting for a slot (max_queue="
                             f"{self.max_queue})")
+        return self._enqueue(request)
+
+    def _enqueue(self, request: Request) -> int:
+        """Queues a request already checked and counted against max_queue."""
         if request.id < 0:
             request.id = self.new_id()
         self._queue.append(request)
@@ -457,11 +461,8 @@ class EngineThread:
                 self._taken += len(inbox)
                 cancels, self._cancels = self._cancels, []
                 stopping = self._stopping
-            for r in inbox:
-                try:
-                    engine.submit(r)
-                except Exception as e:   # QueueFull raced past the check, or a bad request
-                    engine._emit([Event(r.id, "error", error=e)], r)
+            for r in inbox:     # submit() checked each and counted it against max_queue
+                engine._enqueue(r)
             for rid in cancels:
                 engine.cancel(rid)
             if stopping:
