@@ -14,7 +14,7 @@ from ..errors import APIError
 from ..generation import (ChoiceResult, Generation, admit, apply_event, completion_logprobs,
                           engine_requests, finish_reason, usage_of)
 from ..schemas import Completion, CompletionRequest
-from .common import new_id, now, registry_of
+from .common import check_token_ids, new_id, now, registry_of
 
 router = APIRouter()
 
@@ -46,10 +46,7 @@ def _prompt_ids(llm, prompts: list) -> List[tuple]:
                 raise APIError(400, f"{where} has no tokens", param=where, code="invalid_value")
             out.append((ids, p))
             continue
-        for j, t in enumerate(p):
-            if not 0 <= t < n_vocab:
-                raise APIError(400, f"{where}[{j}]: token id {t} is outside the vocabulary "
-                                    f"[0, {n_vocab})", param=where, code="invalid_value")
+        check_token_ids(p, n_vocab, where)
         out.append((list(p), None))
     return out
 

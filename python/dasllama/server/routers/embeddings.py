@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import APIError
 from ..schemas import _Strict, as_prompt_list, prompt_union
-from .common import registry_of
+from .common import check_token_ids, registry_of
 
 __all__ = ["router", "EmbeddingRequest", "MAX_EMBEDDING_INPUTS"]
 
@@ -80,10 +80,7 @@ def _input_ids(llm, inputs: list, n_ctx: int) -> List[List[int]]:
             if not item:
                 raise APIError(400, f"{where} is an empty token list", param=where,
                                code="invalid_value")
-            for j, t in enumerate(item):
-                if not 0 <= t < n_vocab:
-                    raise APIError(400, f"{where}[{j}]: token id {t} is outside the vocabulary "
-                                        f"[0, {n_vocab})", param=where, code="invalid_value")
+            check_token_ids(item, n_vocab, where)
             ids = list(item)
         if len(ids) > n_ctx:
             raise APIError(400, f"{where} has {len(ids)} tokens but the model's context holds "

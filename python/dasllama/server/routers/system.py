@@ -11,7 +11,7 @@ from ..errors import APIError, error_body
 from ..metrics import CONTENT_TYPE_LATEST
 from ..schemas import (DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
                        TokenizeRequest, TokenizeResponse)
-from .common import config_of, metrics_of, registry_of
+from .common import check_token_ids, config_of, metrics_of, registry_of
 
 router = APIRouter()
 
@@ -80,10 +80,6 @@ async def detokenize(body: DetokenizeRequest, request: Request):
     registry = registry_of(request)
     entry = registry.resolve(body.model)
     async with registry.lease(entry) as loaded:
-        n_vocab = loaded.llm.n_vocab
-        for i, t in enumerate(body.tokens):
-            if not 0 <= t < n_vocab:
-                raise APIError(400, f"tokens[{i}]: token id {t} is outside the vocabulary "
-                                    f"[0, {n_vocab})", param=f"tokens[{i}]", code="invalid_value")
+        check_token_ids(body.tokens, loaded.llm.n_vocab, "tokens", param_names_item=True)
         text = await run_in_threadpool(loaded.llm.detokenize, body.tokens)
         return DetokenizeResponse(content=text)
