@@ -12,15 +12,16 @@ The lease and the job are released by whichever of these ends the request.
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, Tuple
 
 from ..batch import Constraint, Event, Request, SamplingParams, Usage
-from .bridge import Job, WatchedStreamingResponse, watch_disconnect
+from .bridge import Job, WatchedStreamingResponse, sse, watch_disconnect
 from .errors import APIError
-from .routers.common import config_of, metrics_of, registry_of
+from .routers.common import config_of, metrics_of, new_id, now, registry_of
 
-__all__ = ["ChoiceResult", "Generation", "admit", "sampling_params", "engine_requests",
+__all__ = ["ChoiceResult", "Generation", "StreamChunks", "admit", "sampling_params", "engine_requests",
            "EventStreamResponse", "token_text", "finish_reason", "usage_of", "SSE_HEADERS"]
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -180,6 +181,21 @@ class Generation:
     def stream(self, chunks: AsyncIterator[bytes]) -> "EventStreamResponse":
         """The server-sent event response over chunks (a generator reading self.job)."""
         return EventStreamResponse(chunks, cleanup=self._end, on_disconnect=self.job.cancel)
+
+
+class StreamChunks:
+    """The chunks of one streamed response: each an SSE event of {id, object, created, model,
+    choices[, usage]}, id and created shared by the whole stream."""
+
+    def __init__(self, object_name: str, id_prefix: str, model: str):
+        self._head = {"id": new_id(id_prefix), "object": object_name, "created": now(),
+                      "model": model}
+
+    def chunk(self, choices: list, usage: Optional[dict] = None) -> bytes:
+        payload = {**self._head, "choices": choices}
+        if usage is not None:
+            payload["usage"] = usage
+        return sse(json.dumps(payload, ensure_ascii=False))
 
 
 class EventStreamResponse(WatchedStreamingResponse):

@@ -23,8 +23,8 @@ from starlette.concurrency import run_in_threadpool
 from ... import grammar, tools
 from ..bridge import SSE_DONE, Job, sse
 from ..errors import APIError
-from ..generation import (ChoiceResult, Generation, admit, apply_event, chat_logprobs,
-                          engine_requests, finish_reason, usage_of)
+from ..generation import (ChoiceResult, Generation, StreamChunks, admit, apply_event,
+                          chat_logprobs, engine_requests, finish_reason, usage_of)
 from ..schemas import ChatCompletion, ChatCompletionRequest
 from .common import new_id, now, registry_of
 
@@ -192,26 +192,18 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                           choices=choices, usage=usage_of(results, 1, body.n))
 
 
-def _chunk(cid: str, created: int, model: str, choices: list, usage=None) -> bytes:
-    payload = {"id": cid, "object": "chat.completion.chunk", "created": created,
-               "model": model, "choices": choices}
-    if usage is not None:
-        payload["usage"] = usage
-    return sse(json.dumps(payload, ensure_ascii=False))
-
-
 async def _chunks(body: ChatCompletionRequest, model: str, llm, prepared: PreparedChat,
                   job: Job):
     """The SSE stream: a role chunk per choice, deltas (content, or tool calls once whole;
     logprobs when asked), a finish chunk per choice, a usage chunk
     (stream_options.include_usage), then [DONE]."""
-    cid, created = new_id("chatcmpl"), now()
+    out = StreamChunks("chat.completion.chunk", "chatcmpl", model)
     results = [ChoiceResult() for _ in range(body.n)]
     replies = [ReplyStream(prepared.tool_plan) for _ in range(body.n)]
 
     def delta_chunk(index, delta, logprobs=None, finish=None):
-        return _chunk(cid, created, model, [{"index": index, "delta": delta,
-                                             "logprobs": logprobs, "finish_reason": finish}])
+        return out.chunk([{"index": index, "delta": delta, "logprobs": logprobs,
+                           "finish_reason": finish}])
 
     for i in range(body.n):
         yield delta_chunk(i, {"role": "assistant", "content": ""})
@@ -238,5 +230,5 @@ async def _chunks(body: ChatCompletionRequest, model: str, llm, prepared: Prepar
         yield sse(json.dumps(e.body()))
         return
     if body.stream_options is not None and body.stream_options.include_usage:
-        yield _chunk(cid, created, model, [], usage=usage_of(results, 1, body.n))
+        yield out.chunk([], usage=usage_of(results, 1, body.n))
     yield SSE_DONE

@@ -11,8 +11,8 @@ from starlette.concurrency import run_in_threadpool
 
 from ..bridge import SSE_DONE, Job, sse
 from ..errors import APIError
-from ..generation import (ChoiceResult, Generation, admit, apply_event, completion_logprobs,
-                          engine_requests, finish_reason, usage_of)
+from ..generation import (ChoiceResult, Generation, StreamChunks, admit, apply_event,
+                          completion_logprobs, engine_requests, finish_reason, usage_of)
 from ..schemas import Completion, CompletionRequest
 from .common import check_token_ids, new_id, now, registry_of
 
@@ -90,23 +90,19 @@ async def completions(body: CompletionRequest, request: Request):
                       usage=usage_of(results, n_prompts, body.n))
 
 
-def _chunk(cid: str, created: int, model: str, choices: list, usage=None) -> bytes:
-    payload = {"id": cid, "object": "text_completion", "created": created, "model": model,
-               "choices": choices}
-    if usage is not None:
-        payload["usage"] = usage
-    return sse(json.dumps(payload, ensure_ascii=False))
-
-
 async def _chunks(body: CompletionRequest, model: str, llm, echoes: list, n_prompts: int,
                   job: Job):
-    cid, created = new_id("cmpl"), now()
+    out = StreamChunks("text_completion", "cmpl", model)
     results = [ChoiceResult() for _ in echoes]
     offsets = [len(e) for e in echoes]
+
+    def text_chunk(index, text, logprobs=None, finish=None):
+        return out.chunk([{"index": index, "text": text, "logprobs": logprobs,
+                           "finish_reason": finish}])
+
     for i, echo in enumerate(echoes):
         if echo:
-            yield _chunk(cid, created, model, [{"index": i, "text": echo, "logprobs": None,
-                                                "finish_reason": None}])
+            yield text_chunk(i, echo)
     try:
         async for index, event in job.events():
             apply_event(results, index, event)
@@ -116,18 +112,13 @@ async def _chunks(body: CompletionRequest, model: str, llm, echoes: list, n_prom
                                                offsets[index])
                 offsets[index] += len(logprobs["tokens"][0])
             if event.text or logprobs:
-                yield _chunk(cid, created, model, [{"index": index, "text": event.text,
-                                                    "logprobs": logprobs,
-                                                    "finish_reason": None}])
+                yield text_chunk(index, event.text, logprobs)
             if event.kind == "done":
-                yield _chunk(cid, created, model, [{"index": index, "text": "",
-                                                    "logprobs": None,
-                                                    "finish_reason": finish_reason(
-                                                        event.finish_reason)}])
+                yield text_chunk(index, "", finish=finish_reason(event.finish_reason))
     except APIError as e:     # an error event, or RequestTimeout
         job.cancel()
         yield sse(json.dumps(e.body()))
         return
     if body.stream_options is not None and body.stream_options.include_usage:
-        yield _chunk(cid, created, model, [], usage=usage_of(results, n_prompts, body.n))
+        yield out.chunk([], usage=usage_of(results, n_prompts, body.n))
     yield SSE_DONE
