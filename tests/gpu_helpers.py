@@ -111,14 +111,16 @@ def product_cols(fmt: str) -> tuple:
 
 
 def run_weight_product(g, stamp: str, fmt: str, rows: int, cols: int, n_tok: int,
-                       accumulate: bool, groups, seed: int) -> dict:
+                       accumulate: bool, groups, seed: int, x_align: int = 1) -> dict:
     """Run a matvec/matmul stamp (buffers w, x, y, aux; args rows cols n_tok x_off x_stride
-    y_off y_stride accumulate in_mode aux_off eps, in_mode 0) on random weights with nonzero offsets and strides, and measure it:
+    y_off y_stride accumulate in_mode aux_off eps, in_mode 0) on random weights with nonzero
+    offsets and strides, and measure it. x_align: what x_off and x_stride must be multiples of
+    (the matvec_sub stamps read x in 16-byte pieces: 4); 1 picks odd ones. Returns
     {"err": rel-l2 vs float64, "err_drop": rel-l2 vs the weights with each row's last block
     dropped (negative control), "untouched_ok": bool}."""
     rng = np.random.default_rng(seed)
     raw, dense = random_weights(fmt, rows, cols, rng)
-    x_off, x_stride = 5, cols + 3
+    x_off, x_stride = (5, cols + 3) if x_align == 1 else (x_align, cols + x_align)
     y_off, y_stride = 3, rows + 4
     x = rng.standard_normal(x_off + n_tok * x_stride + 2).astype(np.float32)
     n_y = y_off + n_tok * y_stride + 2

@@ -1,5 +1,5 @@
-"""The decode-time weight product (matvec_<fmt> and matvec_tall_<fmt> stamps) against NumPy in
-float64.
+"""The decode-time weight product (matvec_<fmt>, matvec_tall_<fmt> and matvec_sub_<fmt> stamps)
+against NumPy in float64.
 
 Weights are random normals quantized by the C++ quantizer and decoded by the NumPy reference,
 whose decode the kernels reproduce exactly, so the only difference is the f32 summation order
@@ -22,25 +22,50 @@ from gpu_helpers import (WEIGHT_FORMATS, ceil_div, gpu, product_cols,  # noqa: F
 
 MATVEC_ROWS = 4   # GK_MATVEC_ROWS of shaders/kernels/matvec.gk.h: rows per workgroup
 TALL_ROWS = 64    # GK_MATVEC_TALL_ROWS: rows per workgroup of the matvec_tall_<fmt> stamps
+SUB_ROWS = 4      # GK_MATVEC_SUB_ROWS: rows per workgroup of the matvec_sub_<fmt> stamps
+SUB2_ROWS = 8     # GK_MATVEC_SUB2_ROWS: rows per workgroup of the matvec_sub2_<fmt> stamps
+# The block formats: the subgroup stamps exist for these only.
+BLOCK_FORMATS = tuple(f for f in WEIGHT_FORMATS if f not in ("F32", "F16"))
 CHUNK = 2048      # GK_MATVEC_CHUNK: the tall stamps take rows narrower than this
 BAR = 5e-7
 ROWS = 67
 
 
+FORMS = [(form, fmt) for form in ("matvec", "tall", "sub", "sub2") for fmt in WEIGHT_FORMATS
+         if not form.startswith("sub") or fmt in BLOCK_FORMATS]
+
+
 @pytest.mark.parametrize("accumulate", [False, True], ids=["store", "accumulate"])
 @pytest.mark.parametrize("n_tok", [1, 3])
-@pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
-@pytest.mark.parametrize("tall", [False, True], ids=["matvec", "tall"])
-def test_matvec_matches_numpy(gpu, fmt, n_tok, accumulate, tall):  # noqa: F811
-    stamp = f"matvec_{'tall_' if tall else ''}{fmt.lower()}"
-    per_group = TALL_ROWS if tall else MATVEC_ROWS
+@pytest.mark.parametrize("form,fmt", FORMS)
+def test_matvec_matches_numpy(gpu, form, fmt, n_tok, accumulate):  # noqa: F811
+    prefix = {"matvec": "matvec_", "tall": "matvec_tall_", "sub": "matvec_sub_",
+              "sub2": "matvec_sub2_"}[form]
+    stamp = prefix + fmt.lower()
+    per_group = {"matvec": MATVEC_ROWS, "tall": TALL_ROWS, "sub": SUB_ROWS,
+                 "sub2": SUB2_ROWS}[form]
     # The tall stamps serve narrow rows only (the host's rule: cols < CHUNK).
-    for cols in [c for c in product_cols(fmt) if not tall or c < CHUNK]:
+    for cols in [c for c in product_cols(fmt) if form != "tall" or c < CHUNK]:
         seed = zlib.crc32(f"matvec {fmt} {cols} {n_tok} {accumulate}".encode())
         m = run_weight_product(gpu, stamp, fmt, ROWS, cols, n_tok, accumulate,
-                               (ceil_div(ROWS, per_group), 1, 1), seed)
+                               (ceil_div(ROWS, per_group), 1, 1), seed,
+                               x_align=4 if form.startswith("sub") else 1)
         print(f"{stamp} rows={ROWS} cols={cols} n_tok={n_tok} accumulate={accumulate}: "
               f"rel-l2 {m['err']:.3g}, last block dropped {m['err_drop']:.3g}")
         assert m["untouched_ok"], "the kernel wrote outside its outputs"
         assert m["err"] < BAR
         assert m["err_drop"] > 10 * BAR
+
+
+@pytest.mark.parametrize("prefix", ["matvec_sub_", "matvec_sub2_"])
+@pytest.mark.parametrize("fmt", ["Q4_1", "Q6_K"])
+def test_matvec_sub_strides_over_row_groups(gpu, fmt, prefix):  # noqa: F811
+    """Fewer workgroups than row groups (the host caps a dispatch at 65535): each workgroup
+    strides over the rest, so every row is still written once (outputs start NaN)."""
+    cols = product_cols(fmt)[0]
+    m = run_weight_product(gpu, prefix + fmt.lower(), fmt, ROWS, cols, 1, False,
+                           (3, 1, 1), zlib.crc32(f"stride {fmt}".encode()), x_align=4)
+    print(f"{prefix}{fmt.lower()} rows={ROWS} over 3 workgroups: rel-l2 {m['err']:.3g}")
+    assert m["untouched_ok"], "the kernel wrote outside its outputs"
+    assert m["err"] < BAR
+    assert m["err_drop"] > 10 * BAR

@@ -38,6 +38,43 @@ const tuning::Knob& kTallMinRows = tuning::define(
     "vulkan.project.tall_min_rows", 16384, 1, int64_t(1) << 31,
     "rows from which matrix-vector projections use the tall stamps (many rows a workgroup)");
 
+// Whether decode projections of the block formats take the subgroup stamps (no workgroup
+// memory, no barrier) where their input allows it: 1 one row a subgroup (matvec_sub_<fmt>);
+// 2 two rows (matvec_sub2_<fmt>) where a row fits what a lane decodes ahead for two rows
+// (GK_MATVEC_SUB_PREFETCH_COLS_2), one row for wider ones; 0 the staged stamps. Measured on an
+// H200, alone: a 576 x 576 Q4_1 product 7.5 us staged, 5.2 us on either form; 3072 x 576 with
+// its RMSNorm 13.3, 10.1 and 9.3 us; SmolLM2's decode step 1.96 ms staged, 1.66 ms with two
+// rows a subgroup.
+const tuning::Knob& kMatvecSub = tuning::define(
+    "vulkan.project.matvec_sub", 2, 0, 2,
+    "decode projections of block formats on the subgroup matvec stamps: rows a subgroup (0 off)");
+// The widest rows the subgroup stamps take (past it, the staged stamps). Wide rows with a gated
+// input form every activation once a subgroup instead of once a workgroup.
+const tuning::Knob& kMatvecSubMaxCols = tuning::define(
+    "vulkan.project.matvec_sub_max_cols", 2048, 16, int64_t(1) << 30,
+    "widest rows of the subgroup matvec stamps");
+
+// The subgroup stamps read the token row (and the RMSNorm weight, or the up half of a gated
+// row) in 16-byte pieces: every element offset they read at must be a multiple of this.
+constexpr uint32_t kSubAlign = 4;
+// Input modes the subgroup stamps know (mm_input.h: plain, RMSNorm, the activations); the
+// LayerNorm modes (8..11) need a mean as well and stay on the staged stamps.
+constexpr uint32_t kSubMaxMode = 6;
+
+// The subgroup stamp a projection takes, or "" for none.
+std::string sub_stamp(const DeviceMatrix& m, uint32_t x_off, uint32_t x_stride,
+                      const ProjectionInput& in) {
+    const int64_t form = kMatvecSub.get();
+    if (form == 0 || m.format == "f32" || m.format == "f16" || m.cols > kMatvecSubMaxCols.get())
+        return "";
+    if (in.mode > kSubMaxMode || x_off % kSubAlign || x_stride % kSubAlign) return "";
+    // Modes 1-3 read aux_off as a vector offset (norm weight, up half); mode 6 element-wise.
+    if (in.mode >= 1 && in.mode <= 3 && in.aux_off % kSubAlign) return "";
+    const bool two = form == 2 && m.cols <= int64_t(GK_MATVEC_SUB_PREFETCH_COLS_2);
+    const std::string name = (two ? "matvec_sub2_" : "matvec_sub_") + m.format;
+    return find_stamp(name) ? name : "";
+}
+
 size_t round_up4(size_t n) { return (n + 3) & ~size_t(3); }
 uint32_t ceil_div(int64_t a, int64_t b) { return uint32_t((a + b - 1) / b); }
 
@@ -124,10 +161,17 @@ void project(Encoder& e, const DeviceMatrix& m, Buffer& x, uint32_t x_off, uint3
     const bool cm = !vec && coopmat && kCoopmat.get() != 0 && m.format != "f32" &&
                     find_stamp(name + "_coopmat");
     if (cm) name += "_coopmat";
-    // Many narrow rows (an output projection over a large vocabulary): the tall stamps stage x
-    // once per GK_MATVEC_TALL_ROWS rows instead of once per GK_MATVEC_ROWS.
+    // Many narrow rows (an output projection over a large vocabulary) stream fastest through
+    // the tall stamps (an H200: 198 us for Gemma-3's 262144 x 640 Q8_0 head, 394 us on the
+    // subgroup stamps, before the tall stamps took 4 rows a subgroup at once); the other decode
+    // products of the block formats through the subgroup stamps where their input allows.
     const bool tall = vec && m.rows >= kTallMinRows.get() && m.cols < GK_MATVEC_CHUNK;
+    const std::string sub_name = vec && !tall ? sub_stamp(m, x_off, x_stride, in) : "";
+    const bool sub = !sub_name.empty();
     if (tall) name = "matvec_tall_" + m.format;
+    if (sub) name = sub_name;
+    const uint32_t sub_rows = name.rfind("matvec_sub2_", 0) == 0 ? GK_MATVEC_SUB2_ROWS
+                                                                 : GK_MATVEC_SUB_ROWS;
     const StampInfo& st = require_stamp(name);
     const uint32_t tile_rows = cm ? GK_MMC_TILE_ROWS : GK_MATMUL_TILE_ROWS;
     const uint32_t tile_toks = cm ? GK_MMC_TILE_TOKS : GK_MATMUL_TILE_TOKS;
@@ -145,7 +189,10 @@ void project(Encoder& e, const DeviceMatrix& m, Buffer& x, uint32_t x_off, uint3
         a.in_mode = in.mode;
         a.aux_off = in.aux_off;
         a.eps = in.eps;
-        if (vec)
+        if (sub)  // its workgroups stride over row groups past the dispatch limit
+            e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a,
+                       std::min(kMaxGroups, ceil_div(s.rows, sub_rows)));
+        else if (vec)
             e.dispatch(st, {s.buffer.get(), &x, &y, aux}, a,
                        ceil_div(s.rows, tall ? GK_MATVEC_TALL_ROWS : GK_MATVEC_ROWS));
         else

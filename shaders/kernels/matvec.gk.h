@@ -21,6 +21,18 @@
 // and reads each weight byte once; a further token row reads the workgroup's rows again, mostly
 // from cache. (Holding all tokens' sums at once, 4 x 8 registers, made lavapipe's compile of each
 // stamp several seconds long.)
+//
+// The subgroup stamps (GK_MATVEC_SUB=R, R = 1 or 2 rows a subgroup, block formats; dispatch
+// gx = ceil(rows / GK_MATVEC_SUB_ROWS) for R = 1, ceil(rows / GK_MATVEC_SUB2_ROWS) for R = 2,
+// at most 65535: workgroups stride over the rest) use no workgroup memory and no barrier: each
+// subgroup owns R whole rows at a time, its lanes take the units lane, lane + SG, ...
+// of a row, read the token row straight from memory with 16-byte loads (it is small and stays in
+// cache), form the RMSNorm scale themselves with one subgroup sum, and finish a row with another.
+// A decode step's matrices are small (a 576 x 576 Q4_1 matrix is 207 kB, 50 ns of the H200's
+// bandwidth), so what a dispatch costs is its chain of dependent steps: this form's chain is the
+// weight loads (issued first, before the token row is read), one reduction for the norm and one
+// for the row. The host takes it for input modes 0-6 when the token row, its stride and the
+// offsets the input stage reads are multiples of 4 elements.
 #include "../gk/gk.h"
 #include "mm_input.h"
 
@@ -32,6 +44,29 @@
 // a large vocabulary) GK_MATVEC_TALL_ROWS.
 #define GK_MATVEC_ROWS 4u
 #define GK_MATVEC_TALL_ROWS 64u
+// Rows a subgroup of the tall stamps sums at once, so that many weight loads are in flight: one
+// row at a time left Gemma-3's 262144-row Q8_0 head at 0.9 TB/s on an H200 (four: 1.1 TB/s in
+// a decode step).
+#define GK_MATVEC_TALL_ILP 4u
+#ifndef GK_MATVEC_SUB
+#define GK_MATVEC_SUB 0
+#endif
+// Rows per workgroup of the subgroup stamps (GK_MATVEC_SUB=R: R rows a subgroup): 4 R, so that on
+// 32-wide subgroups (the H200) each subgroup has its R rows and a decode step's small matrices
+// spread over many workgroups.
+#define GK_MATVEC_SUB_ROWS 4u
+#define GK_MATVEC_SUB2_ROWS 8u
+#if GK_MATVEC_SUB
+#define GK_SUB_R GK_MATVEC_SUB
+#define GK_SUB_WG_ROWS (GK_MATVEC_SUB_ROWS * GK_SUB_R)
+#define GK_MATVEC_SUB_PREFETCH (4u / GK_SUB_R)
+#endif
+// Units a lane of the subgroup stamps decodes, for each of its rows, before reading the token
+// row: all of a row up to 2048 columns (one row a subgroup) or 1024 (two) on 32-wide subgroups,
+// so the weights' memory latency hides behind the token row's. Further units are decoded as
+// the row is summed. (64 floats of registers either way.) The host takes two rows a subgroup
+// only for rows up to GK_MATVEC_SUB_PREFETCH_COLS_2 columns.
+#define GK_MATVEC_SUB_PREFETCH_COLS_2 1024u
 #define GK_MATVEC_MAX_TOK 8u
 #define GK_WG 128
 // Columns staged at once: GK_WG threads x GK_UNIT (a literal, for the host's use too).
@@ -46,8 +81,12 @@
 #define GK_ARGS(A) A(uint, rows) A(uint, cols) A(uint, n_tok) A(uint, x_off) A(uint, x_stride) \
                    A(uint, y_off) A(uint, y_stride) A(uint, accumulate) A(uint, in_mode) \
                    A(uint, aux_off) A(float, eps)
+#if GK_MATVEC_SUB
+#define GK_SHARED(S)
+#else
 #define GK_SHARED(S) S(float, xs, GK_MATVEC_CHUNK + GK_MATVEC_CHUNK / 16u) \
                      S(float, part, (GK_WG / GK_MIN_SUBGROUP) * GK_MATVEC_ROWS)
+#endif
 
 // Elements per 16-byte load of F32 / F16 rows.
 #if defined(GK_FMT_F32)
@@ -134,6 +173,74 @@
         GK_UNROLL for (uint j = 0u; j < GK_UNIT; ++j) xs[GK_XS(tid + j * GK_WG)] = xr[j]; \
         GK_BARRIER(); \
     }
+#if GK_MATVEC_SUB
+// Four floats from a 16-byte view at element e (a multiple of 4) into v[o..o+3].
+#define GK_SUB_LOAD4(v, o, view, e) \
+    { \
+        uint4 gk_q_ = view[(e) >> 2u]; \
+        v[(o)] = gk_bits_to_float(gk_q_.x); \
+        v[(o) + 1u] = gk_bits_to_float(gk_q_.y); \
+        v[(o) + 2u] = gk_bits_to_float(gk_q_.z); \
+        v[(o) + 3u] = gk_bits_to_float(gk_q_.w); \
+    }
+// The first elements of the two runs of 8 that unit u's 16 values are (GK_FMT_ELEM keeps its
+// outputs 0-7 and 8-15 consecutive): elements e0 + i and e1 + i - 8.
+#define GK_SUB_RUNS(e0, e1, u) \
+    uint e0 = ((u) / GK_FMT_UPB) * GK_FMT_BS + GK_FMT_ELEM(GK_FMT_UNIT_PART(u), 0u); \
+    uint e1 = ((u) / GK_FMT_UPB) * GK_FMT_BS + GK_FMT_ELEM(GK_FMT_UNIT_PART(u), 8u);
+// v[0..15] = the input values of unit u of the token row at x[xt] after the activation stage
+// (modes 2-6), before any norm.
+#define GK_SUB_UNIT_INPUT(v, xt, u) \
+    { \
+        GK_SUB_RUNS(gk_e0_, gk_e1_, u) \
+        GK_SUB_LOAD4(v, 0u, x4, (xt) + gk_e0_) \
+        GK_SUB_LOAD4(v, 4u, x4, (xt) + gk_e0_ + 4u) \
+        GK_SUB_LOAD4(v, 8u, x4, (xt) + gk_e1_) \
+        GK_SUB_LOAD4(v, 12u, x4, (xt) + gk_e1_ + 4u) \
+        if (GK_MM_GATED(args.in_mode)) { \
+            float gk_up_[16]; \
+            GK_SUB_LOAD4(gk_up_, 0u, x4, (xt) + args.aux_off + gk_e0_) \
+            GK_SUB_LOAD4(gk_up_, 4u, x4, (xt) + args.aux_off + gk_e0_ + 4u) \
+            GK_SUB_LOAD4(gk_up_, 8u, x4, (xt) + args.aux_off + gk_e1_) \
+            GK_SUB_LOAD4(gk_up_, 12u, x4, (xt) + args.aux_off + gk_e1_ + 4u) \
+            GK_UNROLL for (uint gk_i_ = 0u; gk_i_ < 16u; ++gk_i_) \
+                v[gk_i_] = gk_gate_act(v[gk_i_], args.in_mode - 2u) * gk_up_[gk_i_]; \
+        } else if (args.in_mode != GK_MM_IN_PLAIN && args.in_mode != GK_MM_IN_RMSNORM) { \
+            GK_UNROLL for (uint gk_i_ = 0u; gk_i_ < 16u; ++gk_i_) { \
+                uint gk_k_ = gk_i_ < 8u ? gk_e0_ + gk_i_ : gk_e1_ + gk_i_ - 8u; \
+                GK_MM_ACTIVATE(v[gk_i_], xt, gk_k_) \
+            } \
+        } \
+    }
+// xv[0..15] = unit u's input values as the product reads them: GK_SUB_UNIT_INPUT, then the
+// RMSNorm with the row's scale inv, rounded as the other paths ((x * inv) * weight).
+#define GK_SUB_UNIT_XIN(xv, xt, u, inv) \
+    { \
+        GK_SUB_UNIT_INPUT(xv, xt, u) \
+        if (args.in_mode == GK_MM_IN_RMSNORM) { \
+            GK_SUB_RUNS(gk_n0_, gk_n1_, u) \
+            float gk_g_[16]; \
+            GK_SUB_LOAD4(gk_g_, 0u, aux4, args.aux_off + gk_n0_) \
+            GK_SUB_LOAD4(gk_g_, 4u, aux4, args.aux_off + gk_n0_ + 4u) \
+            GK_SUB_LOAD4(gk_g_, 8u, aux4, args.aux_off + gk_n1_) \
+            GK_SUB_LOAD4(gk_g_, 12u, aux4, args.aux_off + gk_n1_ + 4u) \
+            GK_UNROLL for (uint gk_i_ = 0u; gk_i_ < 16u; ++gk_i_) { \
+                GK_PRECISE float gk_xn_ = xv[gk_i_] * (inv); \
+                xv[gk_i_] = gk_xn_ * gk_g_[gk_i_]; \
+            } \
+        } \
+    }
+// s += the dot of one unit's decoded weights wv[16] and input values xv[16].
+#define GK_SUB_DOT16(s, wv, xv) \
+    { \
+        float gk_d_ = 0.0f; \
+        GK_UNROLL for (uint gk_i_ = 0u; gk_i_ < 16u; ++gk_i_) \
+            gk_d_ = gk_fma(wv[gk_i_], xv[gk_i_], gk_d_); \
+        s += gk_d_; \
+    }
+GK_WIDE_VIEW_DECL(1, x4)
+GK_WIDE_VIEW_DECL(3, aux4)
+#endif
 GK_WIDE_VIEW_DECL(0, w4)
 GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
 {
@@ -142,32 +249,104 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     uint n_tok = gk_min(args.n_tok, GK_MATVEC_MAX_TOK);
     uint row_bytes = GK_FMT_ROW_BYTES(args.cols);
     uint n_units = GK_FMT_UNITS(args.cols);
-#if GK_MATVEC_TALL
+#if GK_MATVEC_SUB
+    GK_WIDE_VIEW_OPEN(x4, x)
+    GK_WIDE_VIEW_OPEN(aux4, aux)
+    // Workgroups stride over the row groups (a dispatch has at most 65535 of them); subgroup g
+    // takes rows R g .. R g + R - 1, then R (g + n_sg) .., of a group (uniform over the
+    // subgroup), so each input value it forms serves R rows.
+    for (uint rb = GK_GROUP_ID.x * GK_SUB_WG_ROWS; rb < args.rows;
+         rb += GK_NUM_GROUPS.x * GK_SUB_WG_ROWS) {
+        for (uint rr = GK_SUBGROUP_ID * GK_SUB_R; rr < GK_SUB_WG_ROWS && rb + rr < args.rows;
+             rr += GK_NUM_SUBGROUPS * GK_SUB_R) {
+            uint row0 = rb + rr;
+            // The first units' weights of the R rows, branch-free (indices clamped), before
+            // anything else: their loads are in flight while the token row is read and normed.
+            float wv[GK_SUB_R][GK_MATVEC_SUB_PREFETCH][16];
+            GK_UNROLL for (uint j = 0u; j < GK_SUB_R; ++j) {
+                uint row_b = gk_min(row0 + j, args.rows - 1u) * row_bytes;
+                GK_UNROLL for (uint k = 0u; k < GK_MATVEC_SUB_PREFETCH; ++k) {
+                    uint uc = gk_min(GK_LANE + k * GK_SUBGROUP_SIZE, n_units - 1u);
+                    GK_MATVEC_DECODE(wv[j][k], GK_FMT_UNIT_BLOCK_BYTE(row_b, uc),
+                                     GK_FMT_UNIT_PART(uc))
+                }
+            }
+            for (uint t = 0u; t < n_tok; ++t) {
+                uint xt = args.x_off + t * args.x_stride;
+                float inv = 1.0f;
+                if (args.in_mode == GK_MM_IN_RMSNORM) {
+                    float ss = 0.0f;
+                    for (uint u = GK_LANE; u < n_units; u += GK_SUBGROUP_SIZE) {
+                        float v[16];
+                        GK_SUB_UNIT_INPUT(v, xt, u)
+                        GK_UNROLL for (uint i = 0u; i < 16u; ++i) ss = gk_fma(v[i], v[i], ss);
+                    }
+                    inv = gk_rms_inv(gk_subgroup_add(ss), args.cols, args.eps);
+                }
+                float s[GK_SUB_R];
+                GK_UNROLL for (uint j = 0u; j < GK_SUB_R; ++j) s[j] = 0.0f;
+                GK_UNROLL for (uint k = 0u; k < GK_MATVEC_SUB_PREFETCH; ++k) {
+                    uint u = GK_LANE + k * GK_SUBGROUP_SIZE;
+                    if (u < n_units) {
+                        float xv[16];
+                        GK_SUB_UNIT_XIN(xv, xt, u, inv)
+                        GK_UNROLL for (uint j = 0u; j < GK_SUB_R; ++j)
+                            GK_SUB_DOT16(s[j], wv[j][k], xv)
+                    }
+                }
+                for (uint u = GK_LANE + GK_MATVEC_SUB_PREFETCH * GK_SUBGROUP_SIZE; u < n_units;
+                     u += GK_SUBGROUP_SIZE) {
+                    float xv[16];
+                    GK_SUB_UNIT_XIN(xv, xt, u, inv)
+                    GK_UNROLL for (uint j = 0u; j < GK_SUB_R; ++j) {
+                        float wr[16];
+                        uint row_b = gk_min(row0 + j, args.rows - 1u) * row_bytes;
+                        GK_MATVEC_DECODE(wr, GK_FMT_UNIT_BLOCK_BYTE(row_b, u), GK_FMT_UNIT_PART(u))
+                        GK_SUB_DOT16(s[j], wr, xv)
+                    }
+                }
+                GK_UNROLL for (uint j = 0u; j < GK_SUB_R; ++j) {
+                    float total = gk_subgroup_add(s[j]);
+                    if (GK_LANE == 0u && row0 + j < args.rows) {
+                        uint yi = args.y_off + t * args.y_stride + row0 + j;
+                        GK_MM_STORE(yi, row0 + j, total)
+                    }
+                }
+            }
+        }
+    }
+#elif GK_MATVEC_TALL
     // Many rows: the token row is staged once for GK_MATVEC_TALL_ROWS rows, and subgroup g
-    // takes rows g, g + n_sg, ...: its lanes share a row's units and one subgroup sum finishes
-    // the row (no barrier per row). Narrow rows only (cols < GK_MATVEC_CHUNK).
+    // takes rows g R .. g R + R - 1, then (g + n_sg) R .., R = GK_MATVEC_TALL_ILP: its lanes
+    // share the rows' units, the R rows' weight loads are in flight together, and one subgroup
+    // sum finishes each row (no barrier per row). Narrow rows only (cols < GK_MATVEC_CHUNK).
     uint row0 = GK_GROUP_ID.x * GK_MATVEC_TALL_ROWS;
     for (uint t = 0u; t < n_tok; ++t) {
         uint xt = args.x_off + t * args.x_stride;
         GK_MATVEC_STAGE_NARROW(xt)
-        for (uint rr = GK_SUBGROUP_ID; rr < GK_MATVEC_TALL_ROWS; rr += GK_NUM_SUBGROUPS) {
-            uint row = row0 + rr;
-            if (row < args.rows) {  // uniform over the subgroup
-                float s = 0.0f;
-                for (uint u = GK_LANE; u < n_units; u += GK_SUBGROUP_SIZE) {
-                    uint p = GK_FMT_UNIT_PART(u);
-                    uint ub = u * GK_UNIT - GK_UNIT * p;
-                    float xv[16];
-                    GK_UNROLL for (uint i = 0u; i < 16u; ++i)
-                        xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
+        for (uint rr = GK_SUBGROUP_ID * GK_MATVEC_TALL_ILP;
+             rr < GK_MATVEC_TALL_ROWS && row0 + rr < args.rows;  // uniform over the subgroup
+             rr += GK_NUM_SUBGROUPS * GK_MATVEC_TALL_ILP) {
+            float s[GK_MATVEC_TALL_ILP];
+            GK_UNROLL for (uint j = 0u; j < GK_MATVEC_TALL_ILP; ++j) s[j] = 0.0f;
+            for (uint u = GK_LANE; u < n_units; u += GK_SUBGROUP_SIZE) {
+                uint p = GK_FMT_UNIT_PART(u);
+                uint ub = u * GK_UNIT - GK_UNIT * p;
+                float xv[16];
+                GK_UNROLL for (uint i = 0u; i < 16u; ++i)
+                    xv[i] = xs[GK_XS(ub + GK_FMT_ELEM(p, i))];
+                GK_UNROLL for (uint j = 0u; j < GK_MATVEC_TALL_ILP; ++j) {
                     float d;
-                    GK_MATVEC_UNIT_DOT(d, row, u, p, xv)
-                    s += d;
+                    GK_MATVEC_UNIT_DOT(d, gk_min(row0 + rr + j, args.rows - 1u), u, p, xv)
+                    s[j] += d;
                 }
-                s = gk_subgroup_add(s);
-                if (GK_LANE == 0u) {
+            }
+            GK_UNROLL for (uint j = 0u; j < GK_MATVEC_TALL_ILP; ++j) {
+                float total = gk_subgroup_add(s[j]);
+                uint row = row0 + rr + j;
+                if (GK_LANE == 0u && row < args.rows) {
                     uint yi = args.y_off + t * args.y_stride + row;
-                    GK_MM_STORE(yi, row, s)
+                    GK_MM_STORE(yi, row, total)
                 }
             }
         }
