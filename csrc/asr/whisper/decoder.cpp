@@ -1,0 +1,109 @@
+#include "asr/whisper/decoder.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/errors.h"
+#include "nn/activations.h"
+#include "nn/layer_norm.h"
+
+namespace dasllama::whisper {
+
+namespace {
+constexpr double kLnEps = 1e-5;
+}
+
+Decoder::Decoder(WhisperWeights& w, int n_threads)
+    : w_(w),
+      cache_(w.cfg.n_text_layer, w.cfg.n_text_ctx, w.cfg.n_text_head,
+             w.cfg.n_text_state / w.cfg.n_text_head, w.cfg.n_text_state / w.cfg.n_text_head,
+             KVType::F32),
+      scratch_(n_threads, w.cfg.n_text_state / w.cfg.n_text_head,
+               w.cfg.n_text_state / w.cfg.n_text_head) {
+    cross_.resize(size_t(w.cfg.n_text_layer));
+}
+
+void Decoder::set_audio(const float* enc, ThreadPool& pool) {
+    const WhisperConfig& c = w_.cfg;
+    const int64_t n = c.n_audio_ctx, d = c.n_text_state;
+    kv_rows_.resize(size_t(n * 2 * d));
+    for (int64_t i = 0; i < c.n_text_layer; ++i) {
+        nn::linear(w_.dec[size_t(i)].cross_kv, enc, n, kv_rows_.data(), pool);
+        cross_[size_t(i)].assign(kv_rows_.data(), kv_rows_.data() + d, 2 * d, n, c.n_text_head,
+                                 d / c.n_text_head);
+    }
+    has_audio_ = true;
+    reset();
+}
+
+void Decoder::reset() { cache_.truncate(0); }
+
+const float* Decoder::forward(const int32_t* tokens, int64_t n, ThreadPool& pool) {
+    const WhisperConfig& c = w_.cfg;
+    const int64_t d = c.n_text_state, hd = d / c.n_text_head, pos0 = cache_.n_past();
+    if (!has_audio_) throw Error("whisper decoder: no encoder output set (set_audio first)");
+    if (n <= 0 || pos0 + n > c.n_text_ctx)
+        throw ShapeError("whisper decoder: " + std::to_string(n) + " tokens at position " +
+                         std::to_string(pos0) + " pass the text context of " +
+                         std::to_string(c.n_text_ctx));
+    for (int64_t t = 0; t < n; ++t)
+        if (tokens[t] < 0 || tokens[t] >= c.n_vocab)
+            throw ShapeError("whisper decoder: token id " + std::to_string(tokens[t]) +
+                             " is outside the vocabulary of " + std::to_string(c.n_vocab));
+    x_.resize(size_t(n * d));
+    h_.resize(size_t(n * d));
+    qkv_.resize(size_t(n * 3 * d));
+    q_.resize(size_t(n * d));
+    k_.resize(size_t(n * d));
+    v_.resize(size_t(n * d));
+    attn_.resize(size_t(n * d));
+    proj_.resize(size_t(n * d));
+    ff_.resize(size_t(n * 4 * d));
+    for (int64_t t = 0; t < n; ++t) {
+        cpu::get_row(w_.tok_emb, tokens[t], x_.data() + t * d);
+        cpu::add(x_.data() + t * d, w_.dec_pos.data() + (pos0 + t) * d, d);
+    }
+    cpu::AttentionShape shape;
+    shape.n_head = shape.n_head_kv = c.n_text_head;
+    shape.head_dim = shape.head_dim_v = hd;
+    shape.scale = float(1.0 / std::sqrt(double(hd)));
+    float* x = x_.data();
+    for (int64_t i = 0; i < c.n_text_layer; ++i) {
+        const DecoderLayer& l = w_.dec[size_t(i)];
+        // causal self-attention over the cache
+        nn::layer_norm(x, l.attn_ln.w.data(), l.attn_ln.b.data(), n, d, kLnEps, h_.data());
+        nn::linear(l.qkv, h_.data(), n, qkv_.data(), pool);
+        for (int64_t t = 0; t < n; ++t) {
+            const float* r = qkv_.data() + t * 3 * d;
+            std::copy(r, r + d, q_.data() + t * d);
+            std::copy(r + d, r + 2 * d, k_.data() + t * d);
+            std::copy(r + 2 * d, r + 3 * d, v_.data() + t * d);
+        }
+        cache_.kv_cache_append_rows(int(i), pos0, n, k_.data(), v_.data());
+        cpu::attention(shape, q_.data(), n, pos0, cache_.layer(int(i)), attn_.data(), pool,
+                       scratch_);
+        nn::linear(l.out, attn_.data(), n, proj_.data(), pool);
+        cpu::add(x, proj_.data(), n * d);
+        // cross-attention to the window
+        nn::layer_norm(x, l.cross_ln.w.data(), l.cross_ln.b.data(), n, d, kLnEps, h_.data());
+        nn::linear(l.cross_q, h_.data(), n, q_.data(), pool);
+        nn::attend_all(cross_[size_t(i)], q_.data(), d, n, shape.scale, attn_.data(), d, pool,
+                       cross_scratch_);
+        nn::linear(l.cross_out, attn_.data(), n, proj_.data(), pool);
+        cpu::add(x, proj_.data(), n * d);
+        // MLP
+        nn::layer_norm(x, l.mlp_ln.w.data(), l.mlp_ln.b.data(), n, d, kLnEps, h_.data());
+        nn::linear(l.fc1, h_.data(), n, ff_.data(), pool);
+        nn::gelu_erf(ff_.data(), n * 4 * d, pool);
+        nn::linear(l.fc2, ff_.data(), n, proj_.data(), pool);
+        cpu::add(x, proj_.data(), n * d);
+    }
+    nn::layer_norm(x, w_.dec_ln.w.data(), w_.dec_ln.b.data(), n, d, kLnEps, x);
+    return x;
+}
+
+void Decoder::logits(const float* h, int64_t n, float* out, ThreadPool& pool) const {
+    cpu::matmul(w_.proj, h, n, out, pool, cpu::Precision::kF32);
+}
+
+}  // namespace dasllama::whisper

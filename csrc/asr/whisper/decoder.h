@@ -1,0 +1,55 @@
+// Whisper's text decoder on the CPU. Token embeddings + learned positions, pre-LN blocks of
+// causal self-attention over a KV cache (llm/kv_cache.h, float32 rows entering through
+// kv_cache_append_rows; cpu::attention reads it), cross-attention to the encoder output, and
+// a GELU MLP; a final LayerNorm; logits from the tied embedding (or the file's projection).
+//
+// The cross-attention keys and values of every layer are computed once per window
+// (set_audio) and held head by head (nn/attention_full.h) for all the window's steps.
+// Not thread-safe: one decoding at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "asr/whisper/weights.h"
+#include "cpu/ops.h"
+#include "llm/kv_cache.h"
+#include "nn/attention_full.h"
+
+namespace dasllama {
+class ThreadPool;
+}
+
+namespace dasllama::whisper {
+
+class Decoder {
+public:
+    Decoder(WhisperWeights& w, int n_threads);
+
+    // enc [n_audio_ctx, d]: the window's encoder output. Computes the cross-attention cache
+    // and empties the self-attention cache.
+    void set_audio(const float* enc, ThreadPool& pool);
+    bool has_audio() const { return has_audio_; }
+    // Forgets the self-attention cache (a new token sequence on the same window).
+    void reset();
+    int64_t n_past() const { return cache_.n_past(); }
+
+    // Runs tokens [n] at positions n_past().. and returns the final hidden states [n, d]
+    // (valid until the next call). Throws ShapeError when the positions would pass
+    // n_text_ctx or a token id is outside the vocabulary, Error when no audio is set.
+    const float* forward(const int32_t* tokens, int64_t n, ThreadPool& pool);
+    // logits [n, n_vocab] of hidden rows h [n, d].
+    void logits(const float* h, int64_t n, float* out, ThreadPool& pool) const;
+
+private:
+    WhisperWeights& w_;
+    KVCache cache_;
+    std::vector<nn::HeadKV> cross_;
+    bool has_audio_ = false;
+    cpu::AttentionScratch scratch_;
+    nn::AttendScratch cross_scratch_;
+    std::vector<float> x_, h_, qkv_, q_, k_, v_, attn_, proj_, ff_, kv_rows_;
+};
+
+}  // namespace dasllama::whisper
