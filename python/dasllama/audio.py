@@ -81,6 +81,8 @@ def read(source: Source) -> Tuple[np.ndarray, int]:
     sf = _soundfile()
     name = _name(source)
     data = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
+    if isinstance(source, (str, os.PathLike)) and not os.path.isfile(source):
+        raise AudioError(f"{name}: no such file")
     try:
         samples, rate = sf.read(data, dtype="float32", always_2d=True)
     except FileNotFoundError:

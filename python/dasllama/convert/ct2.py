@@ -169,7 +169,7 @@ def read_ct2_model(path: Union[str, os.PathLike]) -> Ct2Model:
             raise c.fail(what, "appears twice", at)
         start = c.pos
         c.take(n_bytes, what + " data")
-        model.variables[name] = np.frombuffer(data, dtype, n_items, start).reshape(dims)
+        model.variables[name] = np.ndarray(dims, dtype, buffer=data, offset=start)
         model.types[name] = type_name
     if version >= 3:
         n_alias = c.unpack("I", "alias count")

@@ -1,0 +1,103 @@
+"""dasllama.ASR against faster-whisper 1.2.1 (CTranslate2) on the real tiny.en, float32 on
+both sides, greedy (beam 1) at temperature 0: identical transcripts, identical tokens, and
+segment boundaries within 0.02 s, on the fixture clips (tests/fixtures/asr: espeak-ng voices
+at several speeds, one with long silences, one over 30 s so that decoding seeks across
+windows). Both get the same samples (decoded once by dasllama.audio), so only the models'
+arithmetic differs.
+
+Bars: avg_logprob and no_speech_prob are floats computed by two float32 engines; their
+differences measured here are below 1e-4 (faster-whisper rounds nothing; the logits differ
+in the 7th digit), so 2e-3 absolute leaves room for other CPUs' rounding.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from requires import require
+
+FIXTURES = Path(__file__).parent / "fixtures" / "asr"
+CLIPS = ["us_plain.flac", "gb_fast.flac", "long_silences.flac", "over_30s.flac"]
+BAR_LOGPROB = 2e-3   # avg_logprob and no_speech_prob, absolute  [measured below 1e-4]
+BAR_TIME = 0.02      # segment start and end, seconds (one timestamp step)
+
+
+@pytest.fixture(scope="module")
+def engines(real_model, tmp_path_factory):
+    require("faster_whisper")
+    import dasllama
+    from dasllama.convert.whisper import convert_whisper
+    from faster_whisper import WhisperModel
+
+    folder = real_model("whisper-tiny.en")
+    gguf = convert_whisper(folder, tmp_path_factory.mktemp("fw") / "tiny.en.gguf")
+    ours = dasllama.ASR(gguf, n_threads=2)
+    theirs = WhisperModel(str(folder), device="cpu", compute_type="float32", cpu_threads=2)
+    return ours, theirs
+
+
+def samples(name: str):
+    require("soundfile")
+    from dasllama import audio
+
+    return audio.load(FIXTURES / name)
+
+
+def run_both(engines, clip: str, **options):
+    ours, theirs = engines
+    a = samples(clip)
+    mine = list(ours.transcribe(a, beam_size=1, temperature=0.0, **options)[0])
+    ref = list(theirs.transcribe(a, beam_size=1, temperature=0.0, language="en",
+                                 **options)[0])
+    for s in ref:
+        print(f"{clip} faster-whisper [{s.start:.2f} -> {s.end:.2f}] {s.text!r}")
+    return mine, ref
+
+
+def same(mine, ref) -> None:
+    assert [s.text for s in mine] == [s.text for s in ref]
+    assert [list(s.tokens) for s in mine] == [list(s.tokens) for s in ref]
+    for a, b in zip(mine, ref):
+        assert a.start == pytest.approx(b.start, abs=BAR_TIME)
+        assert a.end == pytest.approx(b.end, abs=BAR_TIME)
+        assert a.seek == b.seek
+        assert a.avg_logprob == pytest.approx(b.avg_logprob, abs=BAR_LOGPROB)
+        assert a.no_speech_prob == pytest.approx(b.no_speech_prob, abs=BAR_LOGPROB)
+        assert a.compression_ratio == pytest.approx(b.compression_ratio, rel=1e-9)
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_transcripts_equal_faster_whisper(engines, clip):
+    mine, ref = run_both(engines, clip)
+    assert ref, f"faster-whisper found no speech in {clip}"
+    same(mine, ref)
+
+
+@pytest.mark.parametrize("clip", ["us_plain.flac", "over_30s.flac"])
+def test_without_timestamps_equal_faster_whisper(engines, clip):
+    mine, ref = run_both(engines, clip, without_timestamps=True)
+    same(mine, ref)
+
+
+def test_without_previous_text_equal_faster_whisper(engines):
+    mine, ref = run_both(engines, "over_30s.flac", condition_on_previous_text=False)
+    same(mine, ref)
+
+
+def test_initial_prompt_equal_faster_whisper(engines):
+    mine, ref = run_both(engines, "us_plain.flac", initial_prompt="A fox and a dog.")
+    same(mine, ref)
+
+
+def test_suppressed_tokens_equal_faster_whisper(engines):
+    """suppress_tokens=[-1] expands to faster-whisper's list (its non-speech tokens, which it
+    finds by encoding symbols, plus the task and special tokens)."""
+    require("tokenizers")
+    from faster_whisper.tokenizer import Tokenizer
+    from faster_whisper.transcribe import get_suppressed_tokens
+
+    ours, theirs = engines
+    tok = Tokenizer(theirs.hf_tokenizer, False, task="transcribe", language="en")
+    assert ours.suppressed_tokens([-1]) == list(get_suppressed_tokens(tok, [-1]))
+    assert ours.suppressed_tokens([13, 11]) == list(get_suppressed_tokens(tok, [13, 11]))
