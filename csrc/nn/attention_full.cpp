@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/thread_pool.h"
+#include "cpu/dot.h"
 #include "nn/linear.h"
 
 namespace dasllama::nn {
@@ -59,10 +61,49 @@ void softmax_rows(float* s, int64_t rows, int64_t n, ThreadPool& pool) {
     });
 }
 
+// Up to this many queries (a decoding step), heads are split over the threads and each runs
+// plain dot products: two matmul pool rounds per head cost more than the work.
+constexpr int64_t kFewQueries = 8;
+
+void attend_few(const HeadKV& kv, const float* q, int64_t ld_q, int64_t n_q, float scale,
+                float* out, int64_t ld_out, ThreadPool& pool, AttendScratch& sc) {
+    const int64_t hd = kv.head_dim(), n_kv = kv.n_kv(), n_head = kv.n_head();
+    sc.scores.resize(size_t(n_head * n_kv));
+    sc.q.resize(size_t(n_head * hd));
+    pool.run([&](int t, int nt) {
+        for (int64_t h = t; h < n_head; h += nt) {
+            float* p = sc.scores.data() + h * n_kv;
+            float* qh = sc.q.data() + h * hd;
+            const float* k = reinterpret_cast<const float*>(kv.keys(h).data);
+            const float* vt = reinterpret_cast<const float*>(kv.values_t(h).data);
+            for (int64_t i = 0; i < n_q; ++i) {
+                for (int64_t c = 0; c < hd; ++c) qh[c] = q[i * ld_q + h * hd + c] * scale;
+                float m = -std::numeric_limits<float>::infinity();
+                for (int64_t j = 0; j < n_kv; ++j) {
+                    p[j] = cpu::dot_f32(qh, k + j * hd, hd);
+                    m = std::max(m, p[j]);
+                }
+                double sum = 0.0;
+                for (int64_t j = 0; j < n_kv; ++j) {
+                    p[j] = std::exp(p[j] - m);
+                    sum += p[j];
+                }
+                const float inv = float(1.0 / sum);
+                float* o = out + i * ld_out + h * hd;
+                for (int64_t c = 0; c < hd; ++c) o[c] = cpu::dot_f32(vt + c * n_kv, p, n_kv) * inv;
+            }
+        }
+    });
+}
+
 }  // namespace
 
 void attend_all(const HeadKV& kv, const float* q, int64_t ld_q, int64_t n_q, float scale,
                 float* out, int64_t ld_out, ThreadPool& pool, AttendScratch& sc) {
+    if (n_q <= kFewQueries) {
+        attend_few(kv, q, ld_q, n_q, scale, out, ld_out, pool, sc);
+        return;
+    }
     const int64_t hd = kv.head_dim(), n_kv = kv.n_kv();
     sc.q.resize(size_t(n_q * hd));
     sc.scores.resize(size_t(n_q * n_kv));

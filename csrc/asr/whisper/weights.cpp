@@ -1,5 +1,6 @@
 #include "asr/whisper/weights.h"
 
+#include <memory>
 #include <string>
 
 #include "core/errors.h"
@@ -72,10 +73,17 @@ public:
         return out;
     }
 
+    // A matrix for the float32 kernels: F32 views the mapping; any other type is widened to
+    // float32 once here, so no product converts its rows again (the F16 weights of a
+    // CTranslate2 model would otherwise be widened row by row at every call).
     cpu::WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const {
         const GGUFTensor& t = get(name, {rows, cols});
         try {
-            return cpu::prepare_weight(*t.traits, rows, cols, f_->tensor_data(t), f_);
+            if (t.traits->type == GgmlType::F32)
+                return cpu::prepare_weight(*t.traits, rows, cols, f_->tensor_data(t), f_);
+            auto wide = std::make_shared<std::vector<float>>(floats(name, {rows, cols}));
+            return cpu::prepare_weight(*type_traits(uint32_t(GgmlType::F32)), rows, cols,
+                                       reinterpret_cast<const uint8_t*>(wide->data()), wide);
         } catch (const FormatError& e) {
             throw FormatError(f_->path() + ": tensor '" + name + "': " + e.what());
         }

@@ -1,6 +1,6 @@
 // Whisper's configuration and weights, read from a GGUF in dasllama.convert.whisper's layout
-// (its module text lists the tensor names). Matrices view the mapped file in their stored
-// type (F16 or F32); vectors, positions and convolutions are widened to float32 at load.
+// (its module text lists the tensor names). Everything is float32 in memory: F32 matrices view
+// the mapped file, F16 ones (and vectors, positions, convolutions) are widened at load.
 #pragma once
 
 #include <cstdint>
