@@ -101,3 +101,36 @@ def test_suppressed_tokens_equal_faster_whisper(engines):
     tok = Tokenizer(theirs.hf_tokenizer, False, task="transcribe", language="en")
     assert ours.suppressed_tokens([-1]) == list(get_suppressed_tokens(tok, [-1]))
     assert ours.suppressed_tokens([13, 11]) == list(get_suppressed_tokens(tok, [13, 11]))
+
+
+def test_long_clip_seeks_into_a_second_window(engines):
+    mine, ref = run_both(engines, "over_30s.flac")
+    same(mine, ref)
+    assert mine[0].seek == 0 and mine[-1].seek > 0   # the test covers seeking
+
+
+@pytest.mark.parametrize("options", [dict(suppress_blank=False),
+                                     dict(max_initial_timestamp=0.2),
+                                     dict(suppress_tokens=[])])
+def test_decoding_options_equal_faster_whisper(engines, options):
+    mine, ref = run_both(engines, "gb_fast.flac", **options)
+    same(mine, ref)
+
+
+def test_silence_and_noise_equal_faster_whisper(engines):
+    """Silence and faint noise give no segments on both (the no-speech skip); with the skip
+    off, both give the same output, whatever it is."""
+    import numpy as np
+
+    ours, theirs = engines
+    rng = np.random.default_rng(0)
+    for clip in (np.zeros(16000 * 5, np.float32),
+                 (0.01 * rng.standard_normal(16000 * 5)).astype(np.float32)):
+        mine = list(ours.transcribe(clip)[0])
+        ref = list(theirs.transcribe(clip, beam_size=1, temperature=0.0, language="en")[0])
+        assert mine == [] and ref == []
+        mine = list(ours.transcribe(clip, no_speech_threshold=None)[0])
+        ref = list(theirs.transcribe(clip, beam_size=1, temperature=0.0, language="en",
+                                     no_speech_threshold=None)[0])
+        print("no skip:", [s.text for s in ref])
+        same(mine, ref)
