@@ -109,7 +109,9 @@ def test_long_clip_seeks_into_a_second_window(engines):
     assert mine[0].seek == 0 and mine[-1].seek > 0   # the test covers seeking
 
 
-@pytest.mark.parametrize("options", [dict(suppress_blank=False),
+@pytest.mark.parametrize("options", [dict(prefix="Please remember"),
+                                     dict(prefix="Please remember", without_timestamps=True),
+                                     dict(suppress_blank=False),
                                      dict(max_initial_timestamp=0.2),
                                      dict(suppress_tokens=[])])
 def test_decoding_options_equal_faster_whisper(engines, options):

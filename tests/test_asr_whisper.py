@@ -159,12 +159,17 @@ def test_greedy_tokens_equal_reference(request, which):
     cfg = s.ours.config
     suppress = cfg["suppress_ids"]
     max_length = 60 if which == "random" else 448
+    ts = cfg["tokens"]["timestamp_begin"]
     s.ours.set_window(s.ref_enc)
-    for prompt in ([s.sot], [s.sot, cfg["tokens"]["no_timestamps"]]):
-        tokens, sum_logprob, no_speech = s.ours.generate(prompt, suppress, True, 50, max_length)
+    for prompt, prefix in (([s.sot], []), ([s.sot, cfg["tokens"]["no_timestamps"]], []),
+                           ([s.sot], [ts, 40, 41]), ([s.sot, cfg["tokens"]["no_timestamps"]],
+                                                     [44])):
+        tokens, sum_logprob, no_speech = s.ours.generate(prompt, suppress, True, 50, max_length,
+                                                         prefix)
         ref_tokens, info = s.ref.greedy(s.ref_enc, prompt, suppress_tokens=suppress,
-                                        max_length=max_length)
-        print(f"{which} {prompt}: {len(tokens)} tokens, sum logprob {sum_logprob:.5f} "
+                                        max_length=max_length, prefix=prefix)
+        assert list(tokens[:len(prefix)]) == prefix
+        print(f"{which} {prompt} + {prefix}: {len(tokens)} tokens, sum logprob {sum_logprob:.5f} "
               f"(reference {info.sum_logprob:.5f}), no-speech {no_speech:.3e}")
         assert list(tokens) == ref_tokens
         assert sum_logprob == pytest.approx(info.sum_logprob, rel=1e-4, abs=1e-4)

@@ -139,12 +139,14 @@ void bind_asr(py::module_& m) {
         .def("generate",
              [](WhisperModel& w, const std::vector<int32_t>& prompt,
                 const std::vector<int32_t>& suppress_tokens, bool suppress_blank,
-                int64_t max_initial_timestamp_index, int64_t max_length) {
+                int64_t max_initial_timestamp_index, int64_t max_length,
+                const std::vector<int32_t>& prefix) {
                  whisper::DecodeOptions o;
                  o.suppress_tokens = suppress_tokens;
                  o.suppress_blank = suppress_blank;
                  o.max_initial_timestamp_index = max_initial_timestamp_index;
                  o.max_length = max_length;
+                 o.prefix = prefix;
                  whisper::DecodeResult r;
                  {
                      py::gil_scoped_release nogil;
@@ -154,7 +156,9 @@ void bind_asr(py::module_& m) {
              },
              py::arg("prompt"), py::arg("suppress_tokens"), py::arg("suppress_blank") = true,
              py::arg("max_initial_timestamp_index") = 50, py::arg("max_length") = 0,
-             "greedy decoding on the window: (tokens, sum_logprob, no_speech_prob)");
+             py::arg("prefix") = std::vector<int32_t>{},
+             "greedy decoding on the window: (tokens, sum_logprob, no_speech_prob); prefix: "
+             "tokens forced first (part of the output, scored 0)");
 }
 
 }  // namespace dasllama::bindings

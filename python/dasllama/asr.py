@@ -19,7 +19,8 @@ earlier windows (up to 223 tokens) is the next window's prompt unless
 ``condition_on_previous_text`` is off.
 
 What this version runs: greedy decoding at temperature 0 (``beam_size=1``), with or without
-timestamps, ``initial_prompt``, ``prefix``, ``suppress_blank``, ``suppress_tokens``,
+timestamps, ``initial_prompt``, ``prefix`` (forced as the first window's first outputs, after
+<|0.00|> when timestamps are on, as CTranslate2 does), ``suppress_blank``, ``suppress_tokens``,
 ``max_initial_timestamp``, the no-speech skip, on English-only models (language "en"). Beam
 search, temperature fallback, language detection, translation, word timestamps and the VAD
 filter are not in it yet: asking for them raises :class:`ASRError` saying so.
@@ -253,7 +254,7 @@ class ASR:
                                  duration_after_vad=duration, transcription_options=options)
         return self._segments(samples, options), info
 
-    def _prompt(self, previous: List[int], o: TranscriptionOptions, first: bool) -> List[int]:
+    def _prompt(self, previous: List[int], o: TranscriptionOptions) -> List[int]:
         t = self.tokens
         prompt = []
         if previous:
@@ -261,10 +262,15 @@ class ASR:
         prompt.append(t["sot"])   # English-only: the sot sequence is <|startoftranscript|>
         if o.without_timestamps:
             prompt.append(t["no_timestamps"])
-        if o.prefix and first:
-            prefix = self.encode_text(" " + o.prefix.strip())
-            prompt += prefix[:self.config["n_text_ctx"] // 2 - 1]
         return prompt
+
+    def _prefix(self, o: TranscriptionOptions, first: bool) -> List[int]:
+        """The tokens forced at the start of the first window's output: <|0.00|> (unless
+        without_timestamps) and the prefix text."""
+        if not (o.prefix and first):
+            return []
+        tokens = self.encode_text(" " + o.prefix.strip())[:self.config["n_text_ctx"] // 2 - 1]
+        return ([] if o.without_timestamps else [self.tokens["timestamp_begin"]]) + tokens
 
     def _split(self, tokens: List[int], time_offset: float, segment_size: int, seek: int):
         """Segments of one window's tokens and the next seek (faster-whisper's rules)."""
@@ -320,10 +326,10 @@ class ASR:
             window = np.zeros((cfg["n_mels"], n_window), dtype=np.float32)
             window[:, :segment_size] = mel[:, seek:seek + segment_size]
             self.model.encode(window)
-            prompt = self._prompt(all_tokens[prompt_reset_since:], o, seek == 0)
+            prompt = self._prompt(all_tokens[prompt_reset_since:], o)
             tokens, sum_logprob, no_speech = self.model.generate(
                 prompt, list(o.suppress_tokens), o.suppress_blank, max_initial,
-                cfg["n_text_ctx"])
+                cfg["n_text_ctx"], self._prefix(o, seek == 0))
             tokens = list(tokens)
             avg_logprob = sum_logprob / (len(tokens) + 1)
             ratio = compression_ratio(self.decode_tokens(tokens).strip())

@@ -32,20 +32,21 @@ void log_softmax(const float* z, int64_t n, std::vector<double>& lp) {
 void apply_rules(const WhisperConfig& c, const DecodeOptions& o, bool timestamps, int64_t step,
                  const std::vector<int32_t>& out, float* z) {
     const int64_t V = c.n_vocab, ts_begin = c.tok.timestamp_begin, eot = c.tok.eot;
+    const int64_t begin = int64_t(o.prefix.size());   // the first free step
     for (int32_t id : o.suppress_tokens)
         if (id >= 0 && id < V) z[id] = kMasked;
-    if (step == 0 && o.suppress_blank)
+    if (step == begin && o.suppress_blank)
         for (int32_t id : c.suppress_ids_begin) z[id] = kMasked;
     if (!timestamps) return;
     z[c.tok.no_timestamps] = kMasked;
     bool check = false;
-    if (step == 0) {
+    if (step == begin && step == 0) {
         mask(z, 0, ts_begin);
         mask(z, ts_begin + o.max_initial_timestamp_index + 1, V);
-    } else {
-        const int32_t last = out.back();
+    } else if (step > begin) {
+        const int32_t last = out[size_t(step - 1)];
         if (last >= ts_begin) {
-            const int32_t penultimate = step >= 2 ? out[out.size() - 2] : last;
+            const int32_t penultimate = step - 1 > begin ? out[size_t(step - 2)] : last;
             if (penultimate >= ts_begin) {
                 mask(z, ts_begin, V);           // a pair is complete: text next
             } else {
@@ -55,9 +56,9 @@ void apply_rules(const WhisperConfig& c, const DecodeOptions& o, bool timestamps
             }
         } else {
             check = true;
-            for (auto it = out.rbegin(); it != out.rend(); ++it)
-                if (*it >= ts_begin) {          // no timestamp before the last one
-                    mask(z, ts_begin, int64_t(*it) + 1);
+            for (int64_t t = step - 1; t >= begin; --t)
+                if (out[size_t(t)] >= ts_begin) {   // no timestamp before the last one
+                    mask(z, ts_begin, int64_t(out[size_t(t)]) + 1);
                     break;
                 }
         }
@@ -103,12 +104,22 @@ DecodeResult greedy_decode(Decoder& dec, const WhisperConfig& c,
     log_softmax(z.data(), V, lp);
     r.no_speech_prob = float(std::exp(lp[size_t(c.tok.no_speech)]));
     dec.logits(h + (n_prompt - 1) * d, 1, z.data(), pool);
+    const int64_t n_forced = int64_t(o.prefix.size());
+    for (int32_t id : o.prefix)
+        if (id < 0 || id >= V)
+            throw ShapeError("whisper decode: prefix token " + std::to_string(id) +
+                             " is outside the vocabulary of " + std::to_string(V));
     for (int64_t step = 0; step < max_new; ++step) {
         apply_rules(c, o, timestamps, step, r.tokens, z.data());
-        log_softmax(z.data(), V, lp);
-        const int64_t best = std::max_element(lp.begin(), lp.end()) - lp.begin();
-        r.sum_logprob += lp[size_t(best)];
-        if (best == c.tok.eot) break;
+        int64_t best;
+        if (step < n_forced) {
+            best = o.prefix[size_t(step)];      // forced: no score
+        } else {
+            log_softmax(z.data(), V, lp);
+            best = std::max_element(lp.begin(), lp.end()) - lp.begin();
+            r.sum_logprob += lp[size_t(best)];
+            if (best == c.tok.eot) break;
+        }
         r.tokens.push_back(int32_t(best));
         if (dec.n_past() >= c.n_text_ctx) break;
         const int32_t next = int32_t(best);

@@ -23,16 +23,22 @@ struct DecodeOptions {
     bool suppress_blank = true;             // mask cfg.suppress_ids_begin at the first step
     int64_t max_initial_timestamp_index = 50;   // 1.0 s in steps of 0.02 s
     int64_t max_length = 0;                 // prompt + output limit; 0: n_text_ctx
+    // Tokens forced as the first outputs (faster-whisper's prefix, after <|0.00|> when
+    // timestamps are on). They are part of the output, score nothing, and the first free
+    // step (step == prefix.size()) is where suppress_blank applies; with a prefix the
+    // first-step timestamp rules do not apply.
+    std::vector<int32_t> prefix;
 };
 
 struct DecodeResult {
-    std::vector<int32_t> tokens;   // without the final <|endoftext|>
-    double sum_logprob = 0.0;      // of every chosen token, <|endoftext|> included
+    std::vector<int32_t> tokens;   // the prefix, then the decoded tokens, without <|endoftext|>
+    double sum_logprob = 0.0;      // of every decoded token, <|endoftext|> included
     float no_speech_prob = 0.0f;   // softmax of the raw logits at <|startoftranscript|>
 };
 
-// The logit rules of step `step` (0: the first output token) after `out`, in place on
-// logits [n_vocab]. `timestamps`: the prompt does not end with <|notimestamps|>.
+// The logit rules of step `step` (0: the first output token) after `out` (the outputs so
+// far, the prefix first), in place on logits [n_vocab]. `timestamps`: the prompt does not end
+// with <|notimestamps|>. The first o.prefix.size() steps are forced.
 void apply_rules(const WhisperConfig& c, const DecodeOptions& o, bool timestamps, int64_t step,
                  const std::vector<int32_t>& out, float* logits);
 

@@ -31,18 +31,20 @@ the definition is openai/whisper's model.py and audio.py) is an encoder-decoder 
 GELU is the erf form; LayerNorm eps is 1e-5; attention scales q.k by head_dim^-1/2.
 
 Decoding (``greedy``), as CTranslate2 applies it for faster-whisper at temperature 0 and beam 1.
-At each step i (0 for the first generated token) the logits are masked, in this order:
-``suppress_tokens`` always; ``suppress_blank`` ids (the file's suppress_ids_begin: the space
-and <|endoftext|>) at step 0; and, unless the prompt ends with <|notimestamps|>, the
-timestamp rules: <|notimestamps|> always; at step 0 every text token and every timestamp
-past ``max_initial_timestamp_index``; later, after a timestamp that follows a timestamp (or
-opens the output), every timestamp; after a timestamp that follows text, every text token
-below <|endoftext|> and every timestamp before it; after text, every timestamp not later than
-the last one. Then, where the last token was text or a lone timestamp, if the log-sum-exp of
-the timestamps' log-probabilities beats the best text token's, every text token (and
-<|endoftext|>) is masked. The arg-max is taken; <|endoftext|> or the length limit
-(min(n_text_ctx / 2, n_text_ctx - prompt length + 1) tokens) ends the output.
-The no-speech probability is the softmax of the unmasked logits at <|startoftranscript|>.
+A ``prefix`` of b tokens is forced as the first b outputs (scored 0, kept in the output);
+step b is the first free step. At each step i (0 for the first output) the logits are masked,
+in this order: ``suppress_tokens`` always; ``suppress_blank`` ids (the file's
+suppress_ids_begin: the space and <|endoftext|>) at step b; and, unless the prompt ends with
+<|notimestamps|>, the timestamp rules: <|notimestamps|> always; at step 0 when b = 0, every
+text token and every timestamp past ``max_initial_timestamp_index``; at steps after b, after
+a timestamp that follows a timestamp (or is the first free output), every timestamp; after a
+timestamp that follows text, every text token below <|endoftext|> and every timestamp before
+it; after text, every timestamp not later than the last free one. Then, where the last token
+was text or a lone timestamp, if the log-sum-exp of the timestamps' log-probabilities beats
+the best text token's, every text token (and <|endoftext|>) is masked. The arg-max is taken;
+<|endoftext|> or the length limit (min(n_text_ctx / 2, n_text_ctx - prompt length + 1) steps,
+the prefix's included) ends the output. The no-speech probability is the softmax of the
+unmasked logits at <|startoftranscript|>.
 
 Precision: weights are widened to float32 by the ``gguf`` package (not dasllama's reader,
 whose code the fast paths share), then the arithmetic is done in ``dtype`` (float64 by
@@ -299,11 +301,12 @@ class ReferenceWhisper:
     def greedy(self, enc: np.ndarray, prompt: Sequence[int], *,
                suppress_tokens: Optional[Sequence[int]] = None, suppress_blank: bool = True,
                max_initial_timestamp_index: int = 50,
-               max_length: Optional[int] = None) -> tuple:
+               max_length: Optional[int] = None, prefix: Sequence[int] = ()) -> tuple:
         """Greedy decoding of one window (the rules in the module text). prompt: the tokens
         before the output (ending with the sot sequence, maybe <|notimestamps|>).
         suppress_tokens: ids to mask at every step (None: the file's suppress_ids).
-        Returns (tokens without <|endoftext|>, DecodeInfo)."""
+        prefix: tokens forced as the first outputs.
+        Returns (the prefix and the decoded tokens, without <|endoftext|>; DecodeInfo)."""
         hp, t = self.hp, self.tok
         suppress = list(self.suppress_ids if suppress_tokens is None else suppress_tokens)
         timestamps = prompt[-1] != t["no_timestamps"]
@@ -318,35 +321,39 @@ class ReferenceWhisper:
         max_new = min(limit // 2, limit - (len(prompt) - 1))
         out: list = []
         total = 0.0
+        begin = len(prefix)
         for step in range(max_new):
             z = step_logits.copy()
             z[suppress] = -np.inf
-            if step == 0 and suppress_blank:
+            if step == begin and suppress_blank:
                 z[self.suppress_ids_begin] = -np.inf
             if timestamps:
-                z = self._timestamp_rules(z, step, out, ts_begin, ts_end,
+                z = self._timestamp_rules(z, step, begin, out, ts_begin, ts_end,
                                           ts_begin + max_initial_timestamp_index)
-            logp = log_softmax(z)
-            token = int(np.argmax(logp))
-            total += float(logp[token])
-            if token == t["eot"]:
-                break
+            if step < begin:
+                token = int(prefix[step])          # forced, scored 0
+            else:
+                logp = log_softmax(z)
+                token = int(np.argmax(logp))
+                total += float(logp[token])
+                if token == t["eot"]:
+                    break
             out.append(token)
             step_logits = self.decoder_step([token], cache, cross)[0].astype(np.float64)
         return out, DecodeInfo(total, no_speech)
 
-    def _timestamp_rules(self, z: np.ndarray, step: int, out: list, ts_begin: int,
-                         ts_end: int, max_initial: int) -> np.ndarray:
+    def _timestamp_rules(self, z: np.ndarray, step: int, begin: int, out: list,
+                         ts_begin: int, ts_end: int, max_initial: int) -> np.ndarray:
         eot = self.tok["eot"]
         z[self.tok["no_timestamps"]] = -np.inf
         check = False
-        if step == 0:
+        if step == begin == 0:
             z[:ts_begin] = -np.inf
             z[max_initial + 1:ts_end + 1] = -np.inf
-        else:
-            last = out[-1]
+        elif step > begin:
+            last = out[step - 1]
             if last >= ts_begin:
-                penultimate = out[-2] if step >= 2 else last
+                penultimate = out[step - 2] if step - 1 > begin else last
                 if penultimate >= ts_begin:
                     z[ts_begin:ts_end + 1] = -np.inf
                 else:
@@ -355,7 +362,7 @@ class ReferenceWhisper:
                     check = True
             else:
                 check = True
-                earlier = [tok for tok in out if tok >= ts_begin]
+                earlier = [tok for tok in out[begin:] if tok >= ts_begin]
                 if earlier:
                     z[ts_begin:earlier[-1] + 1] = -np.inf
         if check:
