@@ -62,6 +62,9 @@ def test_segments_have_faster_whisper_fields(random_dir, cache):
         assert all(t < asr.tokens["eot"] or t >= asr.tokens["timestamp_begin"] for t in s.tokens)
         assert s.avg_logprob <= 0 and 0 <= s.no_speech_prob <= 1
     assert [s.id for s in segments] == list(range(1, len(segments) + 1))
+    st = asr.stats
+    assert st["windows"] == 1 and st["audio_seconds"] == 3.0 and st["tokens"] >= 2
+    assert 0 < st["encode_seconds"] + st["decode_seconds"] <= st["wall_seconds"]
 
 
 def test_bad_input_and_unsupported_options_are_named(random_dir, cache, tmp_path):

@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,6 +166,8 @@ class ASR:
         self.tokens = self.config["tokens"]
         self._tokenizer = _core.Tokenizer.from_gguf(_core.GGUFFile.open(str(self.path)))
         self._lock = threading.Lock()
+        self._stats = dict(audio_seconds=0.0, wall_seconds=0.0, windows=0, tokens=0,
+                           mel_seconds=0.0, encode_seconds=0.0, decode_seconds=0.0)
         if self.config["multilingual"]:
             # language tokens, detection and the task tokens are the next step
             raise ASRError(f"{self.path}: multilingual Whisper models are not supported yet "
@@ -179,6 +182,13 @@ class ASR:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    @property
+    def stats(self) -> dict:
+        """Totals over this ASR's transcriptions: audio_seconds (audio decoded), wall_seconds,
+        windows, tokens, and the clocks of the stages (mel_seconds, encode_seconds,
+        decode_seconds). ``dict(asr.stats)`` is a snapshot."""
+        return dict(self._stats)
 
     # ------------------------------------------------------------------ tokens
     def encode_text(self, text: str) -> List[int]:
@@ -302,7 +312,12 @@ class ASR:
 
     def _segments(self, samples: np.ndarray, o: TranscriptionOptions) -> Iterator[Segment]:
         with self._lock:
-            yield from self._segments_locked(samples, o)
+            start = time.perf_counter()
+            try:
+                yield from self._segments_locked(samples, o)
+            finally:
+                self._stats["wall_seconds"] += time.perf_counter() - start
+                self._stats["audio_seconds"] += samples.size / SAMPLE_RATE
 
     def _segments_locked(self, samples: np.ndarray, o: TranscriptionOptions
                          ) -> Iterator[Segment]:
@@ -311,7 +326,9 @@ class ASR:
         content_frames = samples.size // hop   # the mel's last frame is the appended hop's
         if content_frames == 0:
             return
+        clock = time.perf_counter()
         mel = self.model.log_mel(samples)
+        self._stats["mel_seconds"] += time.perf_counter() - clock
         n_window = cfg["n_frames"]
         max_initial = int(round(o.max_initial_timestamp / TIME_PRECISION))
         all_tokens: List[int] = []
@@ -325,12 +342,18 @@ class ASR:
             segment_size = min(n_window, content_frames - seek)
             window = np.zeros((cfg["n_mels"], n_window), dtype=np.float32)
             window[:, :segment_size] = mel[:, seek:seek + segment_size]
+            clock = time.perf_counter()
             self.model.encode(window)
+            self._stats["encode_seconds"] += time.perf_counter() - clock
             prompt = self._prompt(all_tokens[prompt_reset_since:], o)
+            clock = time.perf_counter()
             tokens, sum_logprob, no_speech = self.model.generate(
                 prompt, list(o.suppress_tokens), o.suppress_blank, max_initial,
                 cfg["n_text_ctx"], self._prefix(o, seek == 0))
+            self._stats["decode_seconds"] += time.perf_counter() - clock
+            self._stats["windows"] += 1
             tokens = list(tokens)
+            self._stats["tokens"] += len(tokens) + 1
             avg_logprob = sum_logprob / (len(tokens) + 1)
             ratio = compression_ratio(self.decode_tokens(tokens).strip())
             if o.no_speech_threshold is not None and no_speech > o.no_speech_threshold and not (
