@@ -83,8 +83,8 @@ def test_bad_input_and_unsupported_options_are_named(random_dir, cache, tmp_path
         asr.transcribe(bad)
     with pytest.raises(ASRError, match="device 'vulkan'"):
         ASR(random_dir, device="vulkan")
-    with pytest.raises(ASRError, match="compute_type 'int8'"):
-        ASR(random_dir, compute_type="int8")
+    with pytest.raises(ASRError, match="compute_type 'int4' is not one of"):
+        ASR(random_dir, compute_type="int4")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ASRError, match="without model.bin"):
         ASR(tmp_path / "empty")

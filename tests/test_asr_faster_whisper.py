@@ -136,3 +136,40 @@ def test_silence_and_noise_equal_faster_whisper(engines):
                                      no_speech_threshold=None)[0])
         print("no skip:", [s.text for s in ref])
         same(mine, ref)
+
+
+def word_error_rate(hyp: str, ref: str) -> float:
+    """Word-level Levenshtein distance over the reference's word count."""
+    h, r = hyp.split(), ref.split()
+    row = list(range(len(h) + 1))
+    for i, rw in enumerate(r, 1):
+        prev, row[0] = row[0], i
+        for j, hw in enumerate(h, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (rw != hw))
+    return row[-1] / max(1, len(r))
+
+
+# The int8 lane (Q8_0 weights, 8-bit activations) against the float32 lane: measured here,
+# identical words on every clip. The bar allows one word in twenty to differ on other CPUs
+# (8-bit rounding moves logits by ~1e-2, enough to flip a near-tie).
+BAR_INT8_WER = 0.05
+
+
+def test_int8_lane_words_match_the_float32_lane(engines, real_model, tmp_path):
+    import dasllama
+
+    ours, _ = engines
+    int8 = dasllama.ASR(ours.path, n_threads=2, compute_type="int8")
+    assert int8.compute_type == "int8" and ours.compute_type == "f32"
+    total_words, total_errors = 0, 0.0
+    for clip in CLIPS:
+        a = samples(clip)
+        ref = " ".join(s.text for s in ours.transcribe(a)[0])
+        hyp = " ".join(s.text for s in int8.transcribe(a)[0])
+        wer = word_error_rate(hyp, ref)
+        print(f"{clip}: int8 vs f32 WER {wer:.3f}")
+        total_words += len(ref.split())
+        total_errors += wer * len(ref.split())
+    assert total_errors / total_words <= BAR_INT8_WER
+    # control: the measure sees a dropped word
+    assert word_error_rate("a b d", "a b c d") == 0.25

@@ -29,6 +29,9 @@ from dasllama.reference.whisper import ReferenceWhisper
 BAR_MEL = 4e-6       # log-mel of a clip                         [1.1e-6 real, 5e-8 random]
 BAR_ENC = 2e-6       # encoder output of a window               [5.9e-7 real, 1.5e-7 random]
 BAR_LOGITS = 2e-6    # decoder logits, teacher forced           [6.7e-7 real, 1.6e-7 random]
+# The int8 lane (Q8_0 weights, 8-bit activations: rounding of ~0.4% per product) on tiny.en.
+BAR_INT8_ENC = 6e-2      # encoder output                              [2.5e-2]
+BAR_INT8_LOGITS = 8e-2   # decoder logits, teacher forced              [3.4e-2]
 FIXTURES = Path(__file__).parent / "fixtures" / "asr"
 
 
@@ -98,6 +101,14 @@ class ShiftedPositions(ReferenceWhisper):
         return np.roll(out, 1, axis=0) if name == "enc.pos" else out
 
 
+class NoPositions(ReferenceWhisper):
+    """The encoder without its positions (a dropped term)."""
+
+    def w(self, name):
+        out = super().w(name)
+        return 0 * out if name == "enc.pos" else out
+
+
 def logits_cross_wrong_layer(ref: ReferenceWhisper, enc, tokens):
     """Decoder logits with each layer attending to the next layer's cross keys and values."""
     cross = ref.cross_kv(enc)
@@ -137,6 +148,22 @@ def test_decoder_logits_match_reference(request, which):
     assert ours.shape == ref.shape == (len(tokens), s.ours.config["n_vocab"])
     control = logits_cross_wrong_layer(s.ref, s.ref_enc, tokens)
     check(f"{which} decoder logits", rel(ours, ref), BAR_LOGITS, rel(ours, control))
+
+
+def test_int8_lane_stays_near_the_reference(real_stages):
+    s = real_stages
+    int8 = _core.WhisperModel(str(s.ref.path), 2, "int8")
+    enc = int8.encode(s.window)
+    control = NoPositions(s.ref.path).encode(s.window)
+    check("real int8 encoder", rel(enc, s.ref_enc), BAR_INT8_ENC, rel(enc, control))
+    tokens = [s.sot, s.ours.config["tokens"]["timestamp_begin"]] + list(range(40, 52))
+    int8.set_window(s.ref_enc)
+    ours = int8.decoder_logits(tokens)
+    ref = s.ref.decoder_logits(s.ref_enc, tokens)
+    control = logits_cross_wrong_layer(s.ref, s.ref_enc, tokens)
+    check("real int8 decoder logits", rel(ours, ref), BAR_INT8_LOGITS, rel(ours, control))
+    with pytest.raises(Exception, match="compute type 'int4' is not one of"):
+        _core.WhisperModel(str(s.ref.path), 1, "int4")
 
 
 def test_decoder_cache_steps_equal_one_pass(random_stages):

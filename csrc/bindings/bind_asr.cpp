@@ -81,11 +81,13 @@ void bind_asr(py::module_& m) {
     py::class_<WhisperModel>(m, "WhisperModel",
                              "Whisper on the CPU from a GGUF (dasllama.convert.whisper's layout). "
                              "Not thread-safe: one call at a time.")
-        .def(py::init([](const std::string& path, int n_threads) {
+        .def(py::init([](const std::string& path, int n_threads, const std::string& compute) {
+                 const auto lane = whisper::compute_type_from_string(compute);
                  py::gil_scoped_release nogil;
-                 return new WhisperModel(path, n_threads);
+                 return new WhisperModel(path, n_threads, lane);
              }),
-             py::arg("path"), py::arg("n_threads") = 0)
+             py::arg("path"), py::arg("n_threads") = 0, py::arg("compute_type") = "f32",
+             "compute_type: 'f32' (float32 linears) or 'int8' (Q8_0 weights, 8-bit activations)")
         .def_property_readonly("config",
                                [](const WhisperModel& w) { return config_dict(w.config()); })
         .def_property_readonly("n_threads", &WhisperModel::n_threads)

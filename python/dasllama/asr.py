@@ -54,7 +54,9 @@ SAMPLE_RATE = 16000
 TIME_PRECISION = 0.02     # seconds a timestamp token stands for
 INPUT_STRIDE = 2          # mel frames per encoder row (conv2's stride)
 MAX_PROMPT_TOKENS = 223   # earlier text in a prompt: n_text_ctx // 2 - 1 tokens at most
-_COMPUTE_TYPES = ("default", "auto", "float32", "f32")
+# compute_type -> the C++ lane: float32 linears, or Q8_0 weights with 8-bit activations.
+_COMPUTE_TYPES = {"default": "f32", "auto": "f32", "float32": "f32", "f32": "f32",
+                  "int8": "int8"}
 
 
 class ASRError(DasllamaError, ValueError):
@@ -148,7 +150,9 @@ class ASR:
 
     name_or_path: a packaged model ("whisper-tiny.en"; pulled on first use), a .gguf written by
     ``dasllama convert whisper``, or a CTranslate2 Whisper directory.
-    device: "cpu" (GPU seats come later). compute_type: "float32" (also "default"/"auto").
+    device: "cpu" (GPU seats come later). compute_type: "float32" (also "default", "auto":
+    float32 linears, the parity lane) or "int8" (weights quantized to Q8_0 at load, 8-bit
+    activations: about 4x less weight traffic; transcripts may differ from float32's).
     n_threads: CPU threads (default: the physical cores).
     """
 
@@ -158,10 +162,11 @@ class ASR:
             raise ASRError(f"device {device!r}: this version runs Whisper on the CPU only "
                            "(device='cpu')")
         if compute_type not in _COMPUTE_TYPES:
-            raise ASRError(f"compute_type {compute_type!r}: this version computes in float32 "
-                           f"(one of {', '.join(_COMPUTE_TYPES)})")
+            raise ASRError(f"compute_type {compute_type!r} is not one of "
+                           f"{', '.join(_COMPUTE_TYPES)}")
         self.path = _resolve(name_or_path)
-        self.model = _core.WhisperModel(str(self.path), int(n_threads or 0))
+        self.compute_type = _COMPUTE_TYPES[compute_type]
+        self.model = _core.WhisperModel(str(self.path), int(n_threads or 0), self.compute_type)
         self.config = self.model.config
         self.tokens = self.config["tokens"]
         self._tokenizer = _core.Tokenizer.from_gguf(_core.GGUFFile.open(str(self.path)))

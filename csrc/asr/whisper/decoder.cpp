@@ -28,7 +28,7 @@ void Decoder::set_audio(const float* enc, ThreadPool& pool) {
     const int64_t n = c.n_audio_ctx, d = c.n_text_state;
     kv_rows_.resize(size_t(n * 2 * d));
     for (int64_t i = 0; i < c.n_text_layer; ++i) {
-        nn::linear(w_.dec[size_t(i)].cross_kv, enc, n, kv_rows_.data(), pool);
+        nn::linear(w_.dec[size_t(i)].cross_kv, enc, n, kv_rows_.data(), pool, w_.precision);
         cross_[size_t(i)].assign(kv_rows_.data(), kv_rows_.data() + d, 2 * d, n, c.n_text_head,
                                  d / c.n_text_head);
     }
@@ -72,7 +72,7 @@ const float* Decoder::forward(const int32_t* tokens, int64_t n, ThreadPool& pool
         const DecoderLayer& l = w_.dec[size_t(i)];
         // causal self-attention over the cache
         nn::layer_norm(x, l.attn_ln.w.data(), l.attn_ln.b.data(), n, d, kLnEps, h_.data());
-        nn::linear(l.qkv, h_.data(), n, qkv_.data(), pool);
+        nn::linear(l.qkv, h_.data(), n, qkv_.data(), pool, w_.precision);
         for (int64_t t = 0; t < n; ++t) {
             const float* r = qkv_.data() + t * 3 * d;
             std::copy(r, r + d, q_.data() + t * d);
@@ -82,20 +82,20 @@ const float* Decoder::forward(const int32_t* tokens, int64_t n, ThreadPool& pool
         cache_.kv_cache_append_rows(int(i), pos0, n, k_.data(), v_.data());
         cpu::attention(shape, q_.data(), n, pos0, cache_.layer(int(i)), attn_.data(), pool,
                        scratch_);
-        nn::linear(l.out, attn_.data(), n, proj_.data(), pool);
+        nn::linear(l.out, attn_.data(), n, proj_.data(), pool, w_.precision);
         cpu::add(x, proj_.data(), n * d);
         // cross-attention to the window
         nn::layer_norm(x, l.cross_ln.w.data(), l.cross_ln.b.data(), n, d, kLnEps, h_.data());
-        nn::linear(l.cross_q, h_.data(), n, q_.data(), pool);
+        nn::linear(l.cross_q, h_.data(), n, q_.data(), pool, w_.precision);
         nn::attend_all(cross_[size_t(i)], q_.data(), d, n, shape.scale, attn_.data(), d, pool,
                        cross_scratch_);
-        nn::linear(l.cross_out, attn_.data(), n, proj_.data(), pool);
+        nn::linear(l.cross_out, attn_.data(), n, proj_.data(), pool, w_.precision);
         cpu::add(x, proj_.data(), n * d);
         // MLP
         nn::layer_norm(x, l.mlp_ln.w.data(), l.mlp_ln.b.data(), n, d, kLnEps, h_.data());
-        nn::linear(l.fc1, h_.data(), n, ff_.data(), pool);
+        nn::linear(l.fc1, h_.data(), n, ff_.data(), pool, w_.precision);
         nn::gelu_erf(ff_.data(), n * 4 * d, pool);
-        nn::linear(l.fc2, ff_.data(), n, proj_.data(), pool);
+        nn::linear(l.fc2, ff_.data(), n, proj_.data(), pool, w_.precision);
         cpu::add(x, proj_.data(), n * d);
     }
     nn::layer_norm(x, w_.dec_ln.w.data(), w_.dec_ln.b.data(), n, d, kLnEps, x);
@@ -103,7 +103,7 @@ const float* Decoder::forward(const int32_t* tokens, int64_t n, ThreadPool& pool
 }
 
 void Decoder::logits(const float* h, int64_t n, float* out, ThreadPool& pool) const {
-    cpu::matmul(w_.proj, h, n, out, pool, cpu::Precision::kF32);
+    cpu::matmul(w_.proj, h, n, out, pool, w_.precision);
 }
 
 }  // namespace dasllama::whisper

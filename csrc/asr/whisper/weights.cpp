@@ -19,7 +19,8 @@ std::string shape_text(const std::vector<int64_t>& s) {
 
 class Reader {
 public:
-    explicit Reader(const std::shared_ptr<const GGUFFile>& f) : f_(f) {}
+    Reader(const std::shared_ptr<const GGUFFile>& f, ComputeType compute)
+        : f_(f), compute_(compute) {}
 
     [[noreturn]] void fail(const std::string& what) const {
         throw GGUFError(f_->path() + ": " + what);
@@ -79,6 +80,17 @@ public:
     cpu::WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const {
         const GGUFTensor& t = get(name, {rows, cols});
         try {
+            if (compute_ == ComputeType::kInt8) {
+                const TypeTraits& q8 = *type_traits(uint32_t(GgmlType::Q8_0));
+                if (cols % q8.block_size)
+                    throw ShapeError(f_->path() + ": tensor '" + name + "': rows of " +
+                                     std::to_string(cols) + " do not fill Q8_0 blocks of 32");
+                const std::vector<float> values = floats(name, {rows, cols});
+                auto packed = std::make_shared<std::vector<uint8_t>>(
+                    size_t(rows * row_bytes(q8, cols)));
+                quantize(q8, values.data(), packed->data(), rows * cols);
+                return cpu::prepare_weight(q8, rows, cols, packed->data(), packed);
+            }
             if (t.traits->type == GgmlType::F32)
                 return cpu::prepare_weight(*t.traits, rows, cols, f_->tensor_data(t), f_);
             auto wide = std::make_shared<std::vector<float>>(floats(name, {rows, cols}));
@@ -104,6 +116,7 @@ public:
 
 private:
     std::shared_ptr<const GGUFFile> f_;
+    ComputeType compute_;
 };
 
 // Sizes a real Whisper never exceeds by far (large-v3: d 1280, 32 layers, 51866 tokens); a
@@ -163,19 +176,29 @@ WhisperConfig read_config(const Reader& r) {
 
 }  // namespace
 
-std::shared_ptr<WhisperWeights> load_whisper(const std::string& path) {
+ComputeType compute_type_from_string(const std::string& name) {
+    if (name == "f32" || name == "float32") return ComputeType::kF32;
+    if (name == "int8") return ComputeType::kInt8;
+    throw ShapeError("whisper: compute type '" + name + "' is not one of f32, float32, int8");
+}
+
+std::shared_ptr<WhisperWeights> load_whisper(const std::string& path, ComputeType compute) {
     std::shared_ptr<const GGUFFile> f = GGUFFile::open(path);
-    Reader r(f);
+    Reader r(f, compute);
     const GGUFEntry* arch = f->find("general.architecture");
     if (!arch || f->as_string(arch->value) != "whisper")
         r.fail("general.architecture is not 'whisper'");
     auto w = std::make_shared<WhisperWeights>();
     w->file = f;
+    w->compute = compute;
+    w->precision = compute == ComputeType::kInt8 ? cpu::Precision::kFast : cpu::Precision::kF32;
     WhisperConfig& c = w->cfg;
     c = read_config(r);
     const int64_t d = c.n_audio_state, ff = 4 * d;
-    w->mel_filters = r.matrix("mel_filters", c.n_mels, c.n_fft / 2 + 1);
-    if (w->mel_filters.type->type != GgmlType::F32) r.fail("tensor 'mel_filters' is not F32");
+    const GGUFTensor& mel = r.get("mel_filters", {c.n_mels, c.n_fft / 2 + 1});
+    if (mel.traits->type != GgmlType::F32) r.fail("tensor 'mel_filters' is not F32");
+    w->mel_filters = cpu::prepare_weight(*mel.traits, c.n_mels, c.n_fft / 2 + 1,
+                                         f->tensor_data(mel), f);
     w->conv1 = r.conv("enc.conv1", d, c.n_mels, 1);
     w->conv2 = r.conv("enc.conv2", d, d, 2);
     w->enc_pos = r.floats("enc.pos", {c.n_audio_ctx, d});

@@ -1,6 +1,7 @@
 // Whisper's configuration and weights, read from a GGUF in dasllama.convert.whisper's layout
-// (its module text lists the tensor names). Everything is float32 in memory: F32 matrices view
-// the mapped file, F16 ones (and vectors, positions, convolutions) are widened at load.
+// (its module text lists the tensor names). In the float32 lane everything is float32 in
+// memory: F32 matrices view the mapped file, F16 ones (and vectors, positions, convolutions)
+// are widened at load; the int8 lane quantizes the matrices to Q8_0 instead.
 #pragma once
 
 #include <cstdint>
@@ -49,8 +50,16 @@ struct DecoderLayer {
     nn::Linear qkv, out, cross_q, cross_kv, cross_out, fc1, fc2;
 };
 
+// How the linear layers multiply. kF32: float32 weights (F16 files widened at load) and
+// activations. kInt8: weights quantized to Q8_0 at load (blocks of 32 with an f16 scale) and
+// activations rounded to 8 bits per block (cpu::Precision::kFast): a quarter of the float32
+// weight traffic. Convolutions, norms and attention stay float32 in both.
+enum class ComputeType { kF32, kInt8 };
+
 struct WhisperWeights {
     WhisperConfig cfg;
+    ComputeType compute = ComputeType::kF32;
+    cpu::Precision precision = cpu::Precision::kF32;   // what the linears pass to cpu::matmul
     std::shared_ptr<const GGUFFile> file;
     cpu::WeightMatrix mel_filters;          // [n_mels, n_fft / 2 + 1] F32
     nn::Conv1d conv1, conv2;
@@ -66,6 +75,9 @@ struct WhisperWeights {
 
 // Opens and checks `path`. Throws GGUFError naming the file and key or tensor that is missing
 // or wrong, ShapeError for a tensor of the wrong shape.
-std::shared_ptr<WhisperWeights> load_whisper(const std::string& path);
+std::shared_ptr<WhisperWeights> load_whisper(const std::string& path,
+                                             ComputeType compute = ComputeType::kF32);
+// "f32" (also "float32") or "int8"; throws ShapeError naming the value otherwise.
+ComputeType compute_type_from_string(const std::string& name);
 
 }  // namespace dasllama::whisper

@@ -2,8 +2,8 @@
 
 namespace dasllama::whisper {
 
-WhisperModel::WhisperModel(const std::string& path, int n_threads)
-    : w_(load_whisper(path)), pool_(n_threads), mel_(*w_), encoder_(*w_),
+WhisperModel::WhisperModel(const std::string& path, int n_threads, ComputeType compute)
+    : w_(load_whisper(path, compute)), pool_(n_threads), mel_(*w_), encoder_(*w_),
       decoder_(*w_, pool_.size()) {}
 
 void WhisperModel::log_mel(const float* audio, int64_t n, std::vector<float>& mel) {

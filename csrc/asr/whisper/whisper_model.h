@@ -19,8 +19,8 @@ namespace dasllama::whisper {
 
 class WhisperModel {
 public:
-    // n_threads <= 0: the physical cores.
-    WhisperModel(const std::string& path, int n_threads);
+    // n_threads <= 0: the physical cores. compute: the linears' lane (weights.h).
+    WhisperModel(const std::string& path, int n_threads, ComputeType compute = ComputeType::kF32);
 
     const WhisperConfig& config() const { return w_->cfg; }
     int n_threads() const { return pool_.size(); }
