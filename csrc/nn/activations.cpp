@@ -4,8 +4,48 @@
 #include <cmath>
 
 #include "core/thread_pool.h"
+#include "cpu/dispatch.h"
 
 namespace dasllama::nn {
+
+namespace act {
+namespace {
+
+void gelu_erf_generic(float* x, int64_t n) {
+    constexpr float kInvSqrt2 = 0.70710678118654752f;
+    for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+}
+
+float exp_shifted_sum_generic(float* x, int64_t n, float m) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - m);
+        sum += x[i];
+    }
+    return float(sum);
+}
+
+const Kernels generic{"generic", gelu_erf_generic, exp_shifted_sum_generic};
+
+const cpu::Variants<Kernels>& variants() {
+    static const cpu::Variants<Kernels> list{
+#if defined(DASLLAMA_X86)
+        kernels_avx2(),
+#endif
+        &generic};
+    return list;
+}
+
+}  // namespace
+
+std::vector<std::string> available_variants() { return variants().names(); }
+const Kernels& variant(std::string_view isa) { return variants().get(isa); }
+const Kernels& active() {
+    static const Kernels& chosen = variants().best();
+    return chosen;
+}
+
+}  // namespace act
 
 namespace {
 // Below this many elements one thread does the work: a pool round costs more.
@@ -13,18 +53,18 @@ constexpr int64_t kMinParallel = 1 << 14;
 }  // namespace
 
 void gelu_erf(float* x, int64_t n, ThreadPool& pool) {
-    auto body = [x](int64_t i0, int64_t i1) {
-        constexpr float kInvSqrt2 = 0.70710678118654752f;
-        for (int64_t i = i0; i < i1; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
-    };
+    auto* kernel = act::active().gelu_erf;
     if (n < kMinParallel) {
-        body(0, n);
+        kernel(x, n);
         return;
     }
     pool.run([&](int t, int nt) {
         const int64_t per = (n + nt - 1) / nt;
-        body(std::min(n, t * per), std::min(n, (t + 1) * per));
+        const int64_t i0 = std::min(n, t * per), i1 = std::min(n, (t + 1) * per);
+        kernel(x + i0, i1 - i0);
     });
 }
+
+float exp_shifted_sum(float* x, int64_t n, float m) { return act::active().exp_shifted_sum(x, n, m); }
 
 }  // namespace dasllama::nn

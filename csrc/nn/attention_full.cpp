@@ -6,6 +6,7 @@
 
 #include "core/thread_pool.h"
 #include "cpu/dot.h"
+#include "nn/activations.h"
 #include "nn/linear.h"
 
 namespace dasllama::nn {
@@ -42,12 +43,7 @@ void softmax_rows(float* s, int64_t rows, int64_t n, ThreadPool& pool) {
         for (int64_t r = r0; r < r1; ++r) {
             float* x = s + r * n;
             const float m = *std::max_element(x, x + n);
-            double sum = 0.0;
-            for (int64_t i = 0; i < n; ++i) {
-                x[i] = std::exp(x[i] - m);
-                sum += x[i];
-            }
-            const float inv = float(1.0 / sum);
+            const float inv = 1.0f / exp_shifted_sum(x, n, m);
             for (int64_t i = 0; i < n; ++i) x[i] *= inv;
         }
     };
@@ -83,12 +79,7 @@ void attend_few(const HeadKV& kv, const float* q, int64_t ld_q, int64_t n_q, flo
                     p[j] = cpu::dot_f32(qh, k + j * hd, hd);
                     m = std::max(m, p[j]);
                 }
-                double sum = 0.0;
-                for (int64_t j = 0; j < n_kv; ++j) {
-                    p[j] = std::exp(p[j] - m);
-                    sum += p[j];
-                }
-                const float inv = float(1.0 / sum);
+                const float inv = 1.0f / exp_shifted_sum(p, n_kv, m);
                 float* o = out + i * ld_out + h * hd;
                 for (int64_t c = 0; c < hd; ++c) o[c] = cpu::dot_f32(vt + c * n_kv, p, n_kv) * inv;
             }

@@ -2,7 +2,9 @@
 // here from the definitions: 1-D convolution, STFT power, bidirectional attention (its few-query
 // and matmul paths), LayerNorm, erf GELU. Every comparison prints its error next to its bar;
 // each has a negative control, a plausible bug whose error must exceed the bar tenfold.
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -19,11 +21,16 @@
 using namespace dasllama;
 
 // Bars: a few times the errors measured on x86-64 (AVX2/AVX-512 float32 kernels against double):
-// conv1d 6.8e-8, STFT power 1.2e-7, attention 1.0e-7, layer_norm 4.1e-8, gelu_erf 3.5e-8.
+// conv1d 6.8e-8, STFT power 1.2e-7, attention 1.0e-7, layer_norm 4.1e-8, gelu_erf 3.5e-8 (generic).
 constexpr double kBarConv = 3e-7;
 constexpr double kBarStft = 5e-7;
 constexpr double kBarAttend = 4e-7;
 constexpr double kBarNorm = 2e-7;
+// The vector kernels (erfc fitted to 1.2e-7, a polynomial exp of about 1 ulp): measured
+// gelu_erf 3.2e-8, exp_shifted_sum 2.5e-8.
+constexpr double kBarGelu = 1.5e-7;
+constexpr double kBarExp = 1e-7;
+constexpr double kBarExpSum = 1e-6;   // relative, the row's total (float partial sums)
 
 namespace {
 
@@ -206,7 +213,40 @@ TEST(layer_norm_and_gelu_match_double) {
         gw[i] = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
         gt[i] = 0.5 * v * (1 + std::tanh(std::sqrt(2 / std::acos(-1.0)) * (v + 0.044715 * v * v * v)));
     }
-    nn::gelu_erf(g.data(), int64_t(g.size()), pool);
-    CHECK(within("gelu_erf", rel_l2(g, gw), kBarNorm));
-    CHECK(bites("  control: the tanh form", rel_l2(g, gt), kBarNorm));
+    for (const std::string& isa : nn::act::available_variants()) {
+        std::vector<float> y = g;
+        nn::act::variant(isa).gelu_erf(y.data(), int64_t(y.size()));
+        CHECK(within(("gelu_erf " + isa).c_str(), rel_l2(y, gw), kBarGelu));
+        CHECK(bites("  control: the tanh form", rel_l2(y, gt), kBarGelu));
+        // the tails: far negative goes to -0, far positive to x
+        std::vector<float> tails = {-30.0f, -12.0f, 12.0f, 30.0f, 0.0f};
+        nn::act::variant(isa).gelu_erf(tails.data(), 5);
+        CHECK(std::fabs(tails[0]) < 1e-30f && std::fabs(tails[1]) < 1e-30f);
+        CHECK(tails[2] == 12.0f && tails[3] == 30.0f && tails[4] == 0.0f);
+    }
+    nn::gelu_erf(g.data(), int64_t(g.size()), pool);   // the pooled entry point
+    CHECK(within("gelu_erf (pooled)", rel_l2(g, gw), kBarGelu));
+}
+
+TEST(exp_shifted_sum_matches_double) {
+    for (const std::string& isa : nn::act::available_variants()) {
+        for (int64_t n : {1, 7, 8, 1500, 1503}) {
+            auto x = randn(size_t(n), 30 + uint32_t(n), 4.0f);
+            const float m = *std::max_element(x.begin(), x.end());
+            std::vector<double> want(x.size()), shifted(x.size());
+            double sum = 0;
+            for (size_t i = 0; i < x.size(); ++i) {
+                want[i] = std::exp(double(x[i]) - m);
+                shifted[i] = std::exp(double(x[i]) - m - 1.0);
+                sum += want[i];
+            }
+            const float got_sum = nn::act::variant(isa).exp_shifted_sum(x.data(), n, m);
+            const std::string what = "exp_shifted_sum " + isa + " n=" + std::to_string(n);
+            CHECK(within(what.c_str(), rel_l2(x, want), kBarExp));
+            CHECK(bites("  control: shifted by one more", rel_l2(x, shifted), kBarExp));
+            // the vector kernel sums in float lanes: a few roundings of the total
+            CHECK_MSG(std::fabs(got_sum - sum) <= kBarExpSum * sum,
+                      what + ": sum off by " + std::to_string(std::fabs(got_sum - sum) / sum));
+        }
+    }
 }
