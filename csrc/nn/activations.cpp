@@ -16,16 +16,18 @@ void gelu_erf_generic(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
 }
 
-float exp_shifted_sum_generic(float* x, int64_t n, float m) {
+void softmax_row_generic(float* x, int64_t n) {
+    const float m = *std::max_element(x, x + n);
     double sum = 0.0;
     for (int64_t i = 0; i < n; ++i) {
         x[i] = std::exp(x[i] - m);
         sum += x[i];
     }
-    return float(sum);
+    const float inv = float(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-const Kernels generic{"generic", gelu_erf_generic, exp_shifted_sum_generic};
+const Kernels generic{"generic", gelu_erf_generic, softmax_row_generic};
 
 const cpu::Variants<Kernels>& variants() {
     static const cpu::Variants<Kernels> list{
@@ -65,6 +67,6 @@ void gelu_erf(float* x, int64_t n, ThreadPool& pool) {
     });
 }
 
-float exp_shifted_sum(float* x, int64_t n, float m) { return act::active().exp_shifted_sum(x, n, m); }
+void softmax_row(float* x, int64_t n) { act::active().softmax_row(x, n); }
 
 }  // namespace dasllama::nn

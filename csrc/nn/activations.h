@@ -19,8 +19,8 @@ namespace dasllama::nn {
 // place, split over the pool.
 void gelu_erf(float* x, int64_t n, ThreadPool& pool);
 
-// x[i] = exp(x[i] - m) in place; returns their sum.
-float exp_shifted_sum(float* x, int64_t n, float m);
+// In place: x = exp(x - max(x)) / sum, one row of n > 0 floats.
+void softmax_row(float* x, int64_t n);
 
 namespace act {
 struct Kernels {
@@ -28,7 +28,7 @@ struct Kernels {
     // generic: the C library's erf and exp, sums in double. avx2: erfc by a Chebyshev-fitted
     // exponential (fractional error 1.2e-7) and a polynomial exp (about 1 ulp), float sums.
     void (*gelu_erf)(float* x, int64_t n);
-    float (*exp_shifted_sum)(float* x, int64_t n, float m);
+    void (*softmax_row)(float* x, int64_t n);
 };
 std::vector<std::string> available_variants();  // best first, ends with "generic"
 const Kernels& variant(std::string_view isa);   // throws Error when not available

@@ -1,4 +1,5 @@
 // The nn activations for AVX2 + FMA (built with DASLLAMA_ISA_FLAGS_avx2).
+#include <algorithm>
 #include <cstring>
 
 #include "cpu/simd_x86.h"
@@ -51,29 +52,44 @@ void gelu_erf_avx2(float* x, int64_t n) {
     }
 }
 
-float exp_shifted_sum_avx2(float* x, int64_t n, float m) {
-    const __m256 vm = _mm256_set1_ps(m);
-    __m256 acc = _mm256_setzero_ps();
+void softmax_row_avx2(float* x, int64_t n) {
+    // the row's maximum, 8 lanes at a time
+    __m256 vmax = _mm256_set1_ps(-3.4e38f);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
+    for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vmax);
+    float m = lanes[0];
+    for (int k = 1; k < 8; ++k) m = std::max(m, lanes[k]);
+    for (int64_t j = i; j < n; ++j) m = std::max(m, x[j]);
+    // exponentials and their sum, in double lanes (a float total of a 1500-key row would
+    // drift by ~1e-7, scaling every weight by it)
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256d acc_lo = _mm256_setzero_pd(), acc_hi = _mm256_setzero_pd();
+    for (i = 0; i + 8 <= n; i += 8) {
         const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
         _mm256_storeu_ps(x + i, e);
-        acc = _mm256_add_ps(acc, e);
+        acc_lo = _mm256_add_pd(acc_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        acc_hi = _mm256_add_pd(acc_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
     }
-    float sum = cpu::simd_x86::hsum(acc);
+    alignas(32) double parts[4];
+    _mm256_store_pd(parts, _mm256_add_pd(acc_lo, acc_hi));
+    double sum = parts[0] + parts[1] + parts[2] + parts[3];
     if (i < n) {
         alignas(32) float v[8];
-        for (int k = 0; k < 8; ++k) v[k] = -1e30f;   // exp of the padding is 0
+        for (int k = 0; k < 8; ++k) v[k] = m;   // padding; its exponentials are not summed
         std::memcpy(v, x + i, size_t(n - i) * sizeof(float));
-        const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_load_ps(v), vm));
-        _mm256_store_ps(v, e);
+        _mm256_store_ps(v, exp_avx2(_mm256_sub_ps(_mm256_load_ps(v), vm)));
         std::memcpy(x + i, v, size_t(n - i) * sizeof(float));
         for (int64_t k = 0; k < n - i; ++k) sum += v[k];
     }
-    return sum;
+    const float inv_sum = float(1.0 / sum);
+    const __m256 inv = _mm256_set1_ps(inv_sum);
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (; i < n; ++i) x[i] *= inv_sum;
 }
 
-const Kernels avx2{"avx2", gelu_erf_avx2, exp_shifted_sum_avx2};
+const Kernels avx2{"avx2", gelu_erf_avx2, softmax_row_avx2};
 
 }  // namespace
 

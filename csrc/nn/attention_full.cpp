@@ -41,10 +41,7 @@ namespace {
 void softmax_rows(float* s, int64_t rows, int64_t n, ThreadPool& pool) {
     auto body = [=](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
-            float* x = s + r * n;
-            const float m = *std::max_element(x, x + n);
-            const float inv = 1.0f / exp_shifted_sum(x, n, m);
-            for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+            softmax_row(s + r * n, n);
         }
     };
     if (rows < 4) {
@@ -74,14 +71,10 @@ void attend_few(const HeadKV& kv, const float* q, int64_t ld_q, int64_t n_q, flo
             const float* vt = reinterpret_cast<const float*>(kv.values_t(h).data);
             for (int64_t i = 0; i < n_q; ++i) {
                 for (int64_t c = 0; c < hd; ++c) qh[c] = q[i * ld_q + h * hd + c] * scale;
-                float m = -std::numeric_limits<float>::infinity();
-                for (int64_t j = 0; j < n_kv; ++j) {
-                    p[j] = cpu::dot_f32(qh, k + j * hd, hd);
-                    m = std::max(m, p[j]);
-                }
-                const float inv = 1.0f / exp_shifted_sum(p, n_kv, m);
+                for (int64_t j = 0; j < n_kv; ++j) p[j] = cpu::dot_f32(qh, k + j * hd, hd);
+                softmax_row(p, n_kv);
                 float* o = out + i * ld_out + h * hd;
-                for (int64_t c = 0; c < hd; ++c) o[c] = cpu::dot_f32(vt + c * n_kv, p, n_kv) * inv;
+                for (int64_t c = 0; c < hd; ++c) o[c] = cpu::dot_f32(vt + c * n_kv, p, n_kv);
             }
         }
     });
