@@ -67,6 +67,32 @@ def test_segments_have_faster_whisper_fields(random_dir, cache):
     assert 0 < st["encode_seconds"] + st["decode_seconds"] <= st["wall_seconds"]
 
 
+def test_transcriptions_iterated_in_turns_equal_one_at_a_time(random_dir, cache):
+    """Two segment iterators of one ASR consumed alternately (and from two threads) give
+    what each gives alone: no window state leaks between them, and nothing waits forever."""
+    import threading
+
+    asr = ASR(random_dir, n_threads=1)
+    rng = np.random.default_rng(1)
+    a = (0.05 * rng.standard_normal(16000 * 40)).astype(np.float32)   # two windows
+    b = (0.05 * rng.standard_normal(16000 * 3)).astype(np.float32)
+    kw = dict(no_speech_threshold=None)
+    alone_a = [s.tokens for s in asr.transcribe(a, **kw)[0]]
+    alone_b = [s.tokens for s in asr.transcribe(b, **kw)[0]]
+    it_a, it_b = asr.transcribe(a, **kw)[0], asr.transcribe(b, **kw)[0]
+    first = next(it_a)
+    both_b = [s.tokens for s in it_b]
+    assert [first.tokens] + [s.tokens for s in it_a] == alone_a and both_b == alone_b
+    results = {}
+    threads = [threading.Thread(target=lambda k=k, x=x: results.__setitem__(
+        k, [s.tokens for s in asr.transcribe(x, **kw)[0]])) for k, x in (("a", a), ("b", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert results == {"a": alone_a, "b": alone_b}
+
+
 def test_bad_input_and_unsupported_options_are_named(random_dir, cache, tmp_path):
     asr = ASR(random_dir, n_threads=1)
     samples = np.zeros(16000, np.float32)

@@ -28,8 +28,9 @@ filter are not in it yet: asking for them raises :class:`ASRError` saying so.
 A CTranslate2 directory is converted once to a GGUF in the cache (its name carries the
 source's path, size and modification time), then read from there.
 
-Thread-safety: one ASR runs one transcription at a time (a lock serializes them); use one ASR
-per thread for parallel work.
+Thread-safety: an ASR may be shared by threads; a lock serializes its windows (each window's
+encode and decode run as one step), so transcriptions take turns window by window. Use one ASR
+per thread for parallel work. Several segment iterators of one ASR may be consumed in turns.
 """
 
 from __future__ import annotations
@@ -316,23 +317,25 @@ class ASR:
         return out, seek
 
     def _segments(self, samples: np.ndarray, o: TranscriptionOptions) -> Iterator[Segment]:
-        with self._lock:
-            start = time.perf_counter()
-            try:
-                yield from self._segments_locked(samples, o)
-            finally:
-                self._stats["wall_seconds"] += time.perf_counter() - start
-                self._stats["audio_seconds"] += samples.size / SAMPLE_RATE
+        start = time.perf_counter()
+        try:
+            yield from self._window_loop(samples, o)
+        finally:
+            self._stats["wall_seconds"] += time.perf_counter() - start
+            self._stats["audio_seconds"] += samples.size / SAMPLE_RATE
 
-    def _segments_locked(self, samples: np.ndarray, o: TranscriptionOptions
-                         ) -> Iterator[Segment]:
+    def _window_loop(self, samples: np.ndarray, o: TranscriptionOptions) -> Iterator[Segment]:
+        # The model's state (its window) lives from an encode to the generate after it; the
+        # lock covers that pair and nothing across a yield, so several transcriptions may be
+        # iterated in turns, and threads take turns window by window.
         cfg = self.config
         hop = cfg["hop_length"]
         content_frames = samples.size // hop   # the mel's last frame is the appended hop's
         if content_frames == 0:
             return
         clock = time.perf_counter()
-        mel = self.model.log_mel(samples)
+        with self._lock:
+            mel = self.model.log_mel(samples)
         self._stats["mel_seconds"] += time.perf_counter() - clock
         n_window = cfg["n_frames"]
         max_initial = int(round(o.max_initial_timestamp / TIME_PRECISION))
@@ -347,15 +350,17 @@ class ASR:
             segment_size = min(n_window, content_frames - seek)
             window = np.zeros((cfg["n_mels"], n_window), dtype=np.float32)
             window[:, :segment_size] = mel[:, seek:seek + segment_size]
-            clock = time.perf_counter()
-            self.model.encode(window)
-            self._stats["encode_seconds"] += time.perf_counter() - clock
             prompt = self._prompt(all_tokens[prompt_reset_since:], o)
-            clock = time.perf_counter()
-            tokens, sum_logprob, no_speech = self.model.generate(
-                prompt, list(o.suppress_tokens), o.suppress_blank, max_initial,
-                cfg["n_text_ctx"], self._prefix(o, seek == 0))
-            self._stats["decode_seconds"] += time.perf_counter() - clock
+            prefix = self._prefix(o, seek == 0)
+            with self._lock:
+                clock = time.perf_counter()
+                self.model.encode(window)
+                self._stats["encode_seconds"] += time.perf_counter() - clock
+                clock = time.perf_counter()
+                tokens, sum_logprob, no_speech = self.model.generate(
+                    prompt, list(o.suppress_tokens), o.suppress_blank, max_initial,
+                    cfg["n_text_ctx"], prefix)
+                self._stats["decode_seconds"] += time.perf_counter() - clock
             self._stats["windows"] += 1
             tokens = list(tokens)
             self._stats["tokens"] += len(tokens) + 1
