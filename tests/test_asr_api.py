@@ -97,12 +97,15 @@ def test_bad_input_and_unsupported_options_are_named(random_dir, cache, tmp_path
     asr = ASR(random_dir, n_threads=1)
     samples = np.zeros(16000, np.float32)
     for kwargs, message in [
-        (dict(beam_size=5), "beam_size=5"), (dict(temperature=[0.0, 0.2]), "temperature="),
+        (dict(beam_size=5, prefix="x"), "prefix with beam_size=5"),
+        (dict(temperature=[0.0, 0.2]), "temperature="),
         (dict(task="translate"), "task='translate'"), (dict(language="de"), "language='de'"),
         (dict(word_timestamps=True), "word_timestamps"), (dict(vad_filter=True), "vad_filter"),
     ]:
         with pytest.raises(ASRError, match=message):
             asr.transcribe(samples, **kwargs)
+    with pytest.raises(ASRError, match="beam_size 0 is not a positive integer"):
+        asr.transcribe(samples, beam_size=0)
     bad = samples.copy()
     bad[3] = np.inf
     with pytest.raises(AudioError, match="sample 3 is inf"):

@@ -1,5 +1,6 @@
 """dasllama.ASR against faster-whisper 1.2.1 (CTranslate2) on the real tiny.en, float32 on
-both sides, greedy (beam 1) at temperature 0: identical transcripts, identical tokens, and
+both sides, greedy (beam 1) and beam search (beam 5, and 3 with other patience and length
+penalties) at temperature 0: identical transcripts, identical tokens, and
 segment boundaries within 0.02 s, on the fixture clips (tests/fixtures/asr: espeak-ng voices
 at several speeds, one with long silences, one over 30 s so that decoding seeks across
 windows). Both get the same samples (decoded once by dasllama.audio), so only the models'
@@ -44,11 +45,11 @@ def samples(name: str):
     return audio.load(FIXTURES / name)
 
 
-def run_both(engines, clip: str, **options):
+def run_both(engines, clip: str, beam_size: int = 1, **options):
     ours, theirs = engines
     a = samples(clip)
-    mine = list(ours.transcribe(a, beam_size=1, temperature=0.0, **options)[0])
-    ref = list(theirs.transcribe(a, beam_size=1, temperature=0.0, language="en",
+    mine = list(ours.transcribe(a, beam_size=beam_size, temperature=0.0, **options)[0])
+    ref = list(theirs.transcribe(a, beam_size=beam_size, temperature=0.0, language="en",
                                  **options)[0])
     for s in ref:
         print(f"{clip} faster-whisper [{s.start:.2f} -> {s.end:.2f}] {s.text!r}")
@@ -101,6 +102,21 @@ def test_suppressed_tokens_equal_faster_whisper(engines):
     tok = Tokenizer(theirs.hf_tokenizer, False, task="transcribe", language="en")
     assert ours.suppressed_tokens([-1]) == list(get_suppressed_tokens(tok, [-1]))
     assert ours.suppressed_tokens([13, 11]) == list(get_suppressed_tokens(tok, [13, 11]))
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_beam_search_transcripts_equal_faster_whisper(engines, clip):
+    """beam_size 5 (patience 1, length_penalty 1: faster-whisper's defaults)."""
+    mine, ref = run_both(engines, clip, beam_size=5)
+    assert ref
+    same(mine, ref)
+
+
+@pytest.mark.parametrize("options", [dict(patience=2.0), dict(length_penalty=0.5),
+                                     dict(without_timestamps=True)])
+def test_beam_search_options_equal_faster_whisper(engines, options):
+    mine, ref = run_both(engines, "us_plain.flac", beam_size=3, **options)
+    same(mine, ref)
 
 
 def test_long_clip_seeks_into_a_second_window(engines):

@@ -142,25 +142,32 @@ void bind_asr(py::module_& m) {
              [](WhisperModel& w, const std::vector<int32_t>& prompt,
                 const std::vector<int32_t>& suppress_tokens, bool suppress_blank,
                 int64_t max_initial_timestamp_index, int64_t max_length,
-                const std::vector<int32_t>& prefix) {
+                const std::vector<int32_t>& prefix, int beam_size, float patience,
+                float length_penalty) {
                  whisper::DecodeOptions o;
                  o.suppress_tokens = suppress_tokens;
                  o.suppress_blank = suppress_blank;
                  o.max_initial_timestamp_index = max_initial_timestamp_index;
                  o.max_length = max_length;
                  o.prefix = prefix;
+                 whisper::BeamOptions b{beam_size, patience, length_penalty};
+                 if (beam_size < 1)
+                     throw ShapeError("generate: beam_size " + std::to_string(beam_size) +
+                                      " < 1");
                  whisper::DecodeResult r;
                  {
                      py::gil_scoped_release nogil;
-                     r = w.generate(prompt, o);
+                     r = w.generate(prompt, o, b);
                  }
                  return py::make_tuple(r.tokens, r.sum_logprob, r.no_speech_prob);
              },
              py::arg("prompt"), py::arg("suppress_tokens"), py::arg("suppress_blank") = true,
              py::arg("max_initial_timestamp_index") = 50, py::arg("max_length") = 0,
-             py::arg("prefix") = std::vector<int32_t>{},
-             "greedy decoding on the window: (tokens, sum_logprob, no_speech_prob); prefix: "
-             "tokens forced first (part of the output, scored 0)");
+             py::arg("prefix") = std::vector<int32_t>{}, py::arg("beam_size") = 1,
+             py::arg("patience") = 1.0f, py::arg("length_penalty") = 1.0f,
+             "greedy decoding (beam search when beam_size > 1) on the window: (tokens, "
+             "sum_logprob, no_speech_prob); prefix: tokens forced first (part of the output, "
+             "scored 0; greedy only)");
 }
 
 }  // namespace dasllama::bindings

@@ -18,12 +18,14 @@ while its average log-probability is at most ``log_prob_threshold`` is skipped; 
 earlier windows (up to 223 tokens) is the next window's prompt unless
 ``condition_on_previous_text`` is off.
 
-What this version runs: greedy decoding at temperature 0 (``beam_size=1``), with or without
-timestamps, ``initial_prompt``, ``prefix`` (forced as the first window's first outputs, after
-<|0.00|> when timestamps are on, as CTranslate2 does), ``suppress_blank``, ``suppress_tokens``,
-``max_initial_timestamp``, the no-speech skip, on English-only models (language "en"). Beam
-search, temperature fallback, language detection, translation, word timestamps and the VAD
-filter are not in it yet: asking for them raises :class:`ASRError` saying so.
+What this version runs: decoding at temperature 0, greedy (``beam_size=1``) or beam search
+(``beam_size`` > 1 with ``patience`` and ``length_penalty``, as CTranslate2 runs it), with or
+without timestamps, ``initial_prompt``, ``prefix`` (forced as the first window's first
+outputs, after <|0.00|> when timestamps are on, as CTranslate2 does), ``suppress_blank``,
+``suppress_tokens``, ``max_initial_timestamp``, the no-speech skip, on English-only models
+(language "en"). Temperature fallback (sampling), language detection, translation, word timestamps, the VAD
+filter and a prefix with beams are not in it yet: asking for them raises :class:`ASRError`
+saying so.
 
 A CTranslate2 directory is converted once to a GGUF in the cache (its name carries the
 source's path, size and modification time), then read from there.
@@ -83,6 +85,8 @@ class Segment:
 @dataclass
 class TranscriptionOptions:
     beam_size: int = 1
+    patience: float = 1.0
+    length_penalty: float = 1.0
     temperatures: Tuple[float, ...] = (0.0,)
     compression_ratio_threshold: Optional[float] = 2.4
     log_prob_threshold: Optional[float] = -1.0
@@ -218,7 +222,8 @@ class ASR:
 
     # ------------------------------------------------------------------ transcribe
     def transcribe(self, audio, language: Optional[str] = None, task: str = "transcribe",
-                   beam_size: int = 1, temperature: Union[float, Sequence[float]] = 0.0,
+                   beam_size: int = 1, patience: float = 1.0, length_penalty: float = 1.0,
+                   temperature: Union[float, Sequence[float]] = 0.0,
                    compression_ratio_threshold: Optional[float] = 2.4,
                    log_prob_threshold: Optional[float] = -1.0,
                    no_speech_threshold: Optional[float] = 0.6,
@@ -239,8 +244,10 @@ class ASR:
             raise ASRError("this ASR is closed")
         temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
         unsupported = []
-        if beam_size != 1:
-            unsupported.append(f"beam_size={beam_size} (beam search; use beam_size=1)")
+        if not isinstance(beam_size, int) or beam_size < 1:
+            raise ASRError(f"beam_size {beam_size!r} is not a positive integer")
+        if beam_size > 1 and prefix:
+            unsupported.append(f"prefix with beam_size={beam_size} (use beam_size=1)")
         if any(t != 0 for t in temps):
             unsupported.append(f"temperature={temperature!r} (sampling and its fallback; "
                                "use temperature=0)")
@@ -256,7 +263,8 @@ class ASR:
             raise ASRError("not supported by this version: " + "; ".join(unsupported))
         samples = _audio.load(audio, SAMPLE_RATE, source_rate=sample_rate)
         options = TranscriptionOptions(
-            beam_size=beam_size, temperatures=temps,
+            beam_size=beam_size, patience=patience, length_penalty=length_penalty,
+            temperatures=temps,
             compression_ratio_threshold=compression_ratio_threshold,
             log_prob_threshold=log_prob_threshold, no_speech_threshold=no_speech_threshold,
             condition_on_previous_text=condition_on_previous_text,
@@ -359,7 +367,7 @@ class ASR:
                 clock = time.perf_counter()
                 tokens, sum_logprob, no_speech = self.model.generate(
                     prompt, list(o.suppress_tokens), o.suppress_blank, max_initial,
-                    cfg["n_text_ctx"], prefix)
+                    cfg["n_text_ctx"], prefix, o.beam_size, o.patience, o.length_penalty)
                 self._stats["decode_seconds"] += time.perf_counter() - clock
             self._stats["windows"] += 1
             tokens = list(tokens)

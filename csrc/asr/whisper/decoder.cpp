@@ -15,12 +15,43 @@ constexpr double kLnEps = 1e-5;
 
 Decoder::Decoder(WhisperWeights& w, int n_threads)
     : w_(w),
-      cache_(w.cfg.n_text_layer, w.cfg.n_text_ctx, w.cfg.n_text_head,
-             w.cfg.n_text_state / w.cfg.n_text_head, w.cfg.n_text_state / w.cfg.n_text_head,
-             KVType::F32),
       scratch_(n_threads, w.cfg.n_text_state / w.cfg.n_text_head,
                w.cfg.n_text_state / w.cfg.n_text_head) {
     cross_.resize(size_t(w.cfg.n_text_layer));
+    caches_.push_back(make_cache());
+}
+
+std::unique_ptr<KVCache> Decoder::make_cache() const {
+    const WhisperConfig& c = w_.cfg;
+    const int64_t hd = c.n_text_state / c.n_text_head;
+    return std::make_unique<KVCache>(c.n_text_layer, c.n_text_ctx, c.n_text_head, hd, hd,
+                                     KVType::F32);
+}
+
+void Decoder::reorder(const std::vector<int>& origin) {
+    bool identity = origin.size() == caches_.size();
+    for (size_t k = 0; k < origin.size(); ++k) {
+        if (origin[k] < 0 || origin[k] >= n_slots())
+            throw ShapeError("whisper decoder: reorder from slot " + std::to_string(origin[k]));
+        identity &= origin[k] == int(k);
+    }
+    if (identity) return;
+    while (spare_.size() < origin.size()) spare_.push_back(make_cache());
+    spare_.resize(origin.size());
+    const int64_t d = w_.cfg.n_text_state;
+    for (size_t k = 0; k < origin.size(); ++k) {
+        const KVCache& src = *caches_[size_t(origin[k])];
+        KVCache& dst = *spare_[k];
+        const int64_t n = src.n_past();
+        dst.truncate(0);
+        copy_k_.resize(size_t(n * d));
+        copy_v_.resize(size_t(n * d));
+        for (int64_t layer = 0; layer < src.n_layer() && n > 0; ++layer) {
+            src.read_layer_rows(int(layer), 0, n, copy_k_.data(), copy_v_.data());
+            dst.kv_cache_append_rows(int(layer), 0, n, copy_k_.data(), copy_v_.data());
+        }
+    }
+    std::swap(caches_, spare_);
 }
 
 void Decoder::set_audio(const float* enc, ThreadPool& pool) {
@@ -36,11 +67,20 @@ void Decoder::set_audio(const float* enc, ThreadPool& pool) {
     reset();
 }
 
-void Decoder::reset() { cache_.truncate(0); }
+void Decoder::reset(int n_slots) {
+    n_slots = std::max(n_slots, 1);
+    while (int(caches_.size()) < n_slots) caches_.push_back(make_cache());
+    caches_.resize(size_t(n_slots));
+    for (auto& c : caches_) c->truncate(0);
+}
 
-const float* Decoder::forward(const int32_t* tokens, int64_t n, ThreadPool& pool) {
+const float* Decoder::forward(const int32_t* tokens, int64_t n, ThreadPool& pool, int slot) {
     const WhisperConfig& c = w_.cfg;
-    const int64_t d = c.n_text_state, hd = d / c.n_text_head, pos0 = cache_.n_past();
+    if (slot < 0 || slot >= n_slots())
+        throw ShapeError("whisper decoder: slot " + std::to_string(slot) + " of " +
+                         std::to_string(n_slots()));
+    KVCache& cache = *caches_[size_t(slot)];
+    const int64_t d = c.n_text_state, hd = d / c.n_text_head, pos0 = cache.n_past();
     if (!has_audio_) throw Error("whisper decoder: no encoder output set (set_audio first)");
     if (n <= 0 || pos0 + n > c.n_text_ctx)
         throw ShapeError("whisper decoder: " + std::to_string(n) + " tokens at position " +
@@ -79,8 +119,8 @@ const float* Decoder::forward(const int32_t* tokens, int64_t n, ThreadPool& pool
             std::copy(r + d, r + 2 * d, k_.data() + t * d);
             std::copy(r + 2 * d, r + 3 * d, v_.data() + t * d);
         }
-        cache_.kv_cache_append_rows(int(i), pos0, n, k_.data(), v_.data());
-        cpu::attention(shape, q_.data(), n, pos0, cache_.layer(int(i)), attn_.data(), pool,
+        cache.kv_cache_append_rows(int(i), pos0, n, k_.data(), v_.data());
+        cpu::attention(shape, q_.data(), n, pos0, cache.layer(int(i)), attn_.data(), pool,
                        scratch_);
         nn::linear(l.out, attn_.data(), n, proj_.data(), pool, w_.precision);
         cpu::add(x, proj_.data(), n * d);

@@ -24,7 +24,9 @@ void WhisperModel::decoder_logits(const int32_t* tokens, int64_t n, std::vector<
     decoder_.logits(h, n, out.data(), pool_);
 }
 
-DecodeResult WhisperModel::generate(const std::vector<int32_t>& prompt, const DecodeOptions& o) {
+DecodeResult WhisperModel::generate(const std::vector<int32_t>& prompt, const DecodeOptions& o,
+                                    const BeamOptions& b) {
+    if (b.beam_size > 1) return beam_decode(decoder_, w_->cfg, prompt, o, b, pool_);
     return greedy_decode(decoder_, w_->cfg, prompt, o, pool_);
 }
 

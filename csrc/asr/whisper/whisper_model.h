@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "asr/whisper/beam.h"
 #include "asr/whisper/decoder.h"
 #include "asr/whisper/encoder.h"
 #include "asr/whisper/greedy.h"
@@ -34,8 +35,9 @@ public:
     void set_window(const float* enc);
     // Logits [n, n_vocab] of tokens [n] from position 0 on the current window.
     void decoder_logits(const int32_t* tokens, int64_t n, std::vector<float>& out);
-    // Greedy decoding on the current window.
-    DecodeResult generate(const std::vector<int32_t>& prompt, const DecodeOptions& o);
+    // Greedy decoding on the current window (beam search when b.beam_size > 1).
+    DecodeResult generate(const std::vector<int32_t>& prompt, const DecodeOptions& o,
+                          const BeamOptions& b = BeamOptions{1, 1.0f, 1.0f});
 
 private:
     std::shared_ptr<WhisperWeights> w_;
