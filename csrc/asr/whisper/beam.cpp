@@ -74,18 +74,22 @@ DecodeResult beam_decode(Decoder& dec, const WhisperConfig& c, const std::vector
     std::vector<Hypothesis> hyps;
     std::vector<Candidate> all;
     std::vector<int64_t> order;
+    std::vector<int32_t> last_tokens(static_cast<size_t>(B));
+    std::vector<float> zs;
     bool finished = false;
     for (int64_t step = 0; step < max_steps && !finished; ++step) {
         const int n_beams = int(seqs.size());   // 1 at the first step, then B
         all.clear();
+        if (step > 0) {   // every beam's last token in one batch, a slot each
+            for (int k = 0; k < n_beams; ++k) last_tokens[size_t(k)] = seqs[size_t(k)].back();
+            h = dec.forward_slots(last_tokens.data(), pool);
+            zs.resize(size_t(n_beams) * size_t(V));
+            dec.logits(h, n_beams, zs.data(), pool);
+        }
         for (int k = 0; k < n_beams; ++k) {
-            if (step > 0) {
-                const int32_t last = seqs[size_t(k)].back();
-                h = dec.forward(&last, 1, pool, k);
-                dec.logits(h, 1, z.data(), pool);
-            }
-            apply_rules(c, o, timestamps, step, seqs[size_t(k)], z.data());
-            scored_log_softmax(z.data(), V, scores[size_t(k)], lp);
+            float* zk = step > 0 ? zs.data() + size_t(k) * size_t(V) : z.data();
+            apply_rules(c, o, timestamps, step, seqs[size_t(k)], zk);
+            scored_log_softmax(zk, V, scores[size_t(k)], lp);
             // this beam's best n_cand tokens are all that can reach the overall top n_cand
             order.resize(size_t(V));
             std::iota(order.begin(), order.end(), 0);

@@ -75,17 +75,34 @@ void Decoder::reset(int n_slots) {
 }
 
 const float* Decoder::forward(const int32_t* tokens, int64_t n, ThreadPool& pool, int slot) {
-    const WhisperConfig& c = w_.cfg;
     if (slot < 0 || slot >= n_slots())
         throw ShapeError("whisper decoder: slot " + std::to_string(slot) + " of " +
                          std::to_string(n_slots()));
-    KVCache& cache = *caches_[size_t(slot)];
-    const int64_t d = c.n_text_state, hd = d / c.n_text_head, pos0 = cache.n_past();
+    return run(tokens, n, pool, slot);
+}
+
+const float* Decoder::forward_slots(const int32_t* tokens, ThreadPool& pool) {
+    return run(tokens, n_slots(), pool, -1);
+}
+
+const float* Decoder::run(const int32_t* tokens, int64_t n, ThreadPool& pool, int slot) {
+    const WhisperConfig& c = w_.cfg;
+    const int64_t d = c.n_text_state, hd = d / c.n_text_head;
+    // Row t sits in slot row_slot[t] at position row_pos[t]: n consecutive positions of one
+    // slot, or (slot < 0) one row per slot at that slot's next position.
+    row_slot_.assign(size_t(n), slot);
+    row_pos_.resize(size_t(n));
+    for (int64_t t = 0; t < n; ++t) {
+        if (slot < 0) row_slot_[size_t(t)] = int(t);
+        row_pos_[size_t(t)] = caches_[size_t(row_slot_[size_t(t)])]->n_past() + (slot < 0 ? 0 : t);
+    }
     if (!has_audio_) throw Error("whisper decoder: no encoder output set (set_audio first)");
-    if (n <= 0 || pos0 + n > c.n_text_ctx)
-        throw ShapeError("whisper decoder: " + std::to_string(n) + " tokens at position " +
-                         std::to_string(pos0) + " pass the text context of " +
-                         std::to_string(c.n_text_ctx));
+    if (n <= 0) throw ShapeError("whisper decoder: no tokens to run");
+    for (int64_t t = 0; t < n; ++t)
+        if (row_pos_[size_t(t)] >= c.n_text_ctx)
+            throw ShapeError("whisper decoder: " + std::to_string(n) + " tokens at position " +
+                             std::to_string(row_pos_[0]) + " pass the text context of " +
+                             std::to_string(c.n_text_ctx));
     for (int64_t t = 0; t < n; ++t)
         if (tokens[t] < 0 || tokens[t] >= c.n_vocab)
             throw ShapeError("whisper decoder: token id " + std::to_string(tokens[t]) +
@@ -101,7 +118,7 @@ const float* Decoder::forward(const int32_t* tokens, int64_t n, ThreadPool& pool
     ff_.resize(size_t(n * 4 * d));
     for (int64_t t = 0; t < n; ++t) {
         cpu::get_row(w_.tok_emb, tokens[t], x_.data() + t * d);
-        cpu::add(x_.data() + t * d, w_.dec_pos.data() + (pos0 + t) * d, d);
+        cpu::add(x_.data() + t * d, w_.dec_pos.data() + row_pos_[size_t(t)] * d, d);
     }
     cpu::AttentionShape shape;
     shape.n_head = shape.n_head_kv = c.n_text_head;
@@ -119,9 +136,25 @@ const float* Decoder::forward(const int32_t* tokens, int64_t n, ThreadPool& pool
             std::copy(r + d, r + 2 * d, k_.data() + t * d);
             std::copy(r + 2 * d, r + 3 * d, v_.data() + t * d);
         }
-        cache.kv_cache_append_rows(int(i), pos0, n, k_.data(), v_.data());
-        cpu::attention(shape, q_.data(), n, pos0, cache.layer(int(i)), attn_.data(), pool,
-                       scratch_);
+        if (slot >= 0) {
+            KVCache& cache = *caches_[size_t(slot)];
+            cache.kv_cache_append_rows(int(i), row_pos_[0], n, k_.data(), v_.data());
+            cpu::attention(shape, q_.data(), n, row_pos_[0], cache.layer(int(i)), attn_.data(),
+                           pool, scratch_);
+        } else {   // one row per slot: one pool job over every slot's attention
+            views_.clear();
+            jobs_.clear();
+            for (int64_t t = 0; t < n; ++t) {
+                KVCache& cache = *caches_[size_t(t)];
+                cache.kv_cache_append_rows(int(i), row_pos_[size_t(t)], 1, k_.data() + t * d,
+                                           v_.data() + t * d);
+                views_.push_back(cache.layer(int(i)));
+            }
+            for (int64_t t = 0; t < n; ++t)
+                jobs_.push_back({q_.data() + t * d, 1, row_pos_[size_t(t)], &views_[size_t(t)],
+                                 attn_.data() + t * d});
+            cpu::attention_batch(shape, jobs_.data(), int(n), pool, scratch_);
+        }
         nn::linear(l.out, attn_.data(), n, proj_.data(), pool, w_.precision);
         cpu::add(x, proj_.data(), n * d);
         // cross-attention to the window

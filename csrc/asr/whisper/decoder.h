@@ -45,12 +45,16 @@ public:
     // states [n, d] (valid until the next call). Throws ShapeError when the positions would
     // pass n_text_ctx or a token id is outside the vocabulary, Error when no audio is set.
     const float* forward(const int32_t* tokens, int64_t n, ThreadPool& pool, int slot = 0);
+    // One token per slot (tokens [n_slots()]), each at its slot's next position, as one batch:
+    // the weights are read once for every slot. Returns the hidden states [n_slots(), d].
+    const float* forward_slots(const int32_t* tokens, ThreadPool& pool);
     // logits [n, n_vocab] of hidden rows h [n, d].
     void logits(const float* h, int64_t n, float* out, ThreadPool& pool) const;
 
 private:
     WhisperWeights& w_;
     std::unique_ptr<KVCache> make_cache() const;
+    const float* run(const int32_t* tokens, int64_t n, ThreadPool& pool, int slot);
 
     std::vector<std::unique_ptr<KVCache>> caches_, spare_;
     std::vector<nn::HeadKV> cross_;
@@ -58,6 +62,10 @@ private:
     cpu::AttentionScratch scratch_;
     nn::AttendScratch cross_scratch_;
     std::vector<float> x_, h_, qkv_, q_, k_, v_, attn_, proj_, ff_, kv_rows_, copy_k_, copy_v_;
+    std::vector<int> row_slot_;
+    std::vector<int64_t> row_pos_;
+    std::vector<KVCache::LayerView> views_;
+    std::vector<cpu::AttentionJob> jobs_;
 };
 
 }  // namespace dasllama::whisper
