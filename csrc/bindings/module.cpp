@@ -12,5 +12,6 @@ PYBIND11_MODULE(_core, m) {
     dasllama::bindings::bind_tuning(m);
     dasllama::bindings::bind_gpu(m);
     dasllama::bindings::bind_tts(m);
+    dasllama::bindings::bind_asr(m);
     dasllama::bindings::bind_serve(m);
 }

@@ -8,16 +8,18 @@ The public API::
     dasllama.models.find("smollm2")          # a model file by name or path
     dasllama.cpu_features()                  # what this CPU offers and what dasllama uses
     dasllama.LLM("smollm2").generate("Hi")   # text generation (see dasllama.llm)
+    dasllama.ASR("whisper-tiny.en").transcribe("talk.flac")   # speech to text (dasllama.asr)
 """
 
 from . import errors, formats, gguf, models
 from ._core import cpu_features as _cpu_features
 from .errors import DasllamaError
+from .asr import ASR
 from .llm import LLM
 from .tts import TTS
 
 __version__ = "0.1.0"
-__all__ = ["errors", "formats", "gguf", "models", "cpu_features", "DasllamaError", "LLM", "TTS",
+__all__ = ["errors", "formats", "gguf", "models", "cpu_features", "DasllamaError", "ASR", "LLM", "TTS",
            "__version__"]
 
 

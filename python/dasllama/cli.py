@@ -14,6 +14,7 @@ from .bench.cli import _add_bench_parser
 from .convert.cli import add_convert_parser
 from .gpu import add_devices_parser
 from .server.cli import add_serve_parser
+from .transcribe_cli import add_transcribe_parser
 from .tts import add_speak_parser
 from .llm import DEFAULT_MODEL, LLM
 
@@ -251,6 +252,7 @@ def main(argv=None) -> int:
     add_convert_parser(sub)
     add_devices_parser(sub)
     add_speak_parser(sub)
+    add_transcribe_parser(sub)
     add_serve_parser(sub)
     args = parser.parse_args(argv)
     try:

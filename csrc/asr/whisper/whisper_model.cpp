@@ -1,0 +1,33 @@
+#include "asr/whisper/whisper_model.h"
+
+namespace dasllama::whisper {
+
+WhisperModel::WhisperModel(const std::string& path, int n_threads, ComputeType compute)
+    : w_(load_whisper(path, compute)), pool_(n_threads), mel_(*w_), encoder_(*w_),
+      decoder_(*w_, pool_.size()) {}
+
+void WhisperModel::log_mel(const float* audio, int64_t n, std::vector<float>& mel) {
+    mel_.compute(audio, n, mel, pool_);
+}
+
+void WhisperModel::encode(const float* window, std::vector<float>& out, bool set) {
+    encoder_.run(window, out, pool_);
+    if (set) decoder_.set_audio(out.data(), pool_);
+}
+
+void WhisperModel::set_window(const float* enc) { decoder_.set_audio(enc, pool_); }
+
+void WhisperModel::decoder_logits(const int32_t* tokens, int64_t n, std::vector<float>& out) {
+    decoder_.reset();
+    const float* h = decoder_.forward(tokens, n, pool_);
+    out.resize(size_t(n * w_->cfg.n_vocab));
+    decoder_.logits(h, n, out.data(), pool_);
+}
+
+DecodeResult WhisperModel::generate(const std::vector<int32_t>& prompt, const DecodeOptions& o,
+                                    const BeamOptions& b) {
+    if (b.beam_size > 1) return beam_decode(decoder_, w_->cfg, prompt, o, b, pool_);
+    return greedy_decode(decoder_, w_->cfg, prompt, o, pool_);
+}
+
+}  // namespace dasllama::whisper

@@ -1,0 +1,50 @@
+// Whisper on the CPU: the stages of one model file behind one object (weights.h, mel.h,
+// encoder.h, decoder.h, greedy.h). The window loop of a long clip (seeking, prompts from
+// earlier text, segments) is dasllama.asr's. Not thread-safe: one call at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "asr/whisper/beam.h"
+#include "asr/whisper/decoder.h"
+#include "asr/whisper/encoder.h"
+#include "asr/whisper/greedy.h"
+#include "asr/whisper/mel.h"
+#include "asr/whisper/weights.h"
+#include "core/thread_pool.h"
+
+namespace dasllama::whisper {
+
+class WhisperModel {
+public:
+    // n_threads <= 0: the physical cores. compute: the linears' lane (weights.h).
+    WhisperModel(const std::string& path, int n_threads, ComputeType compute = ComputeType::kF32);
+
+    const WhisperConfig& config() const { return w_->cfg; }
+    int n_threads() const { return pool_.size(); }
+
+    // audio [n] (16 kHz float32) -> mel [n_mels, n / hop + 1].
+    void log_mel(const float* audio, int64_t n, std::vector<float>& mel);
+    // window [n_mels, 2 * n_audio_ctx] -> encoder output [n_audio_ctx, d]; also makes it the
+    // decoder's window when set_window is true.
+    void encode(const float* window, std::vector<float>& out, bool set_window = true);
+    // Makes enc [n_audio_ctx, d] the decoder's window (its cross-attention cache).
+    void set_window(const float* enc);
+    // Logits [n, n_vocab] of tokens [n] from position 0 on the current window.
+    void decoder_logits(const int32_t* tokens, int64_t n, std::vector<float>& out);
+    // Greedy decoding on the current window (beam search when b.beam_size > 1).
+    DecodeResult generate(const std::vector<int32_t>& prompt, const DecodeOptions& o,
+                          const BeamOptions& b = BeamOptions{1, 1.0f, 1.0f});
+
+private:
+    std::shared_ptr<WhisperWeights> w_;
+    ThreadPool pool_;
+    MelFrontEnd mel_;
+    Encoder encoder_;
+    Decoder decoder_;
+};
+
+}  // namespace dasllama::whisper

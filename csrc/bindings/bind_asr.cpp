@@ -1,0 +1,173 @@
+// _core.WhisperModel: Whisper on the CPU (csrc/asr/whisper/whisper_model.h). Arrays in and
+// out are float32 in NumPy order; every long call releases the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "asr/whisper/whisper_model.h"
+#include "bindings/bindings.h"
+#include "core/errors.h"
+
+namespace py = pybind11;
+
+namespace dasllama::bindings {
+
+namespace {
+
+using whisper::WhisperModel;
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+py::array_t<float> to_array(const std::vector<float>& v, std::vector<py::ssize_t> shape) {
+    py::array_t<float> out(shape);
+    std::copy(v.begin(), v.end(), out.mutable_data());
+    return out;
+}
+
+void expect_shape(const FloatArray& a, const std::vector<int64_t>& shape, const char* what) {
+    bool ok = a.ndim() == py::ssize_t(shape.size());
+    for (size_t i = 0; ok && i < shape.size(); ++i) ok = a.shape(i) == shape[i];
+    if (!ok) {
+        std::string want, have;
+        for (int64_t s : shape) want += (want.empty() ? "" : ", ") + std::to_string(s);
+        for (py::ssize_t i = 0; i < a.ndim(); ++i)
+            have += (have.empty() ? "" : ", ") + std::to_string(a.shape(i));
+        throw ShapeError(std::string(what) + ": expected float32 [" + want + "], got [" + have +
+                         "]");
+    }
+}
+
+py::dict config_dict(const whisper::WhisperConfig& c) {
+    py::dict d;
+    d["n_mels"] = c.n_mels;
+    d["n_audio_ctx"] = c.n_audio_ctx;
+    d["n_audio_state"] = c.n_audio_state;
+    d["n_audio_head"] = c.n_audio_head;
+    d["n_audio_layer"] = c.n_audio_layer;
+    d["n_text_ctx"] = c.n_text_ctx;
+    d["n_text_state"] = c.n_text_state;
+    d["n_text_head"] = c.n_text_head;
+    d["n_text_layer"] = c.n_text_layer;
+    d["n_vocab"] = c.n_vocab;
+    d["sample_rate"] = c.sample_rate;
+    d["n_fft"] = c.n_fft;
+    d["hop_length"] = c.hop_length;
+    d["chunk_seconds"] = c.chunk_seconds;
+    d["n_frames"] = c.n_frames();
+    d["multilingual"] = c.multilingual();
+    py::dict t;
+    t["eot"] = c.tok.eot;
+    t["sot"] = c.tok.sot;
+    t["translate"] = c.tok.translate;
+    t["transcribe"] = c.tok.transcribe;
+    t["sot_lm"] = c.tok.sot_lm;
+    t["sot_prev"] = c.tok.sot_prev;
+    t["no_speech"] = c.tok.no_speech;
+    t["no_timestamps"] = c.tok.no_timestamps;
+    t["timestamp_begin"] = c.tok.timestamp_begin;
+    d["tokens"] = t;
+    d["suppress_ids"] = c.suppress_ids;
+    d["suppress_ids_begin"] = c.suppress_ids_begin;
+    d["lang_ids"] = c.lang_ids;
+    d["alignment_heads"] = c.alignment_heads;
+    return d;
+}
+
+}  // namespace
+
+void bind_asr(py::module_& m) {
+    py::class_<WhisperModel>(m, "WhisperModel",
+                             "Whisper on the CPU from a GGUF (dasllama.convert.whisper's layout). "
+                             "Not thread-safe: one call at a time.")
+        .def(py::init([](const std::string& path, int n_threads, const std::string& compute) {
+                 const auto lane = whisper::compute_type_from_string(compute);
+                 py::gil_scoped_release nogil;
+                 return new WhisperModel(path, n_threads, lane);
+             }),
+             py::arg("path"), py::arg("n_threads") = 0, py::arg("compute_type") = "f32",
+             "compute_type: 'f32' (float32 linears) or 'int8' (Q8_0 weights, 8-bit activations)")
+        .def_property_readonly("config",
+                               [](const WhisperModel& w) { return config_dict(w.config()); })
+        .def_property_readonly("n_threads", &WhisperModel::n_threads)
+        .def("log_mel",
+             [](WhisperModel& w, const FloatArray& audio) {
+                 if (audio.ndim() != 1)
+                     throw ShapeError("log_mel: audio must be 1-D float32 samples, got " +
+                                      std::to_string(audio.ndim()) + "-D");
+                 std::vector<float> mel;
+                 {
+                     py::gil_scoped_release nogil;
+                     w.log_mel(audio.data(), int64_t(audio.size()), mel);
+                 }
+                 const int64_t n_mels = w.config().n_mels;
+                 return to_array(mel, {py::ssize_t(n_mels), py::ssize_t(mel.size() / n_mels)});
+             },
+             py::arg("audio"), "audio [n] at 16 kHz -> log-mel [n_mels, n // hop + 1]")
+        .def("encode",
+             [](WhisperModel& w, const FloatArray& window, bool set_window) {
+                 const auto& c = w.config();
+                 expect_shape(window, {c.n_mels, c.n_frames()}, "encode: window");
+                 std::vector<float> out;
+                 {
+                     py::gil_scoped_release nogil;
+                     w.encode(window.data(), out, set_window);
+                 }
+                 return to_array(out, {py::ssize_t(c.n_audio_ctx), py::ssize_t(c.n_audio_state)});
+             },
+             py::arg("window"), py::arg("set_window") = true,
+             "window [n_mels, 2 * n_audio_ctx] -> encoder output [n_audio_ctx, d]; "
+             "set_window: make it the decoder's window")
+        .def("set_window",
+             [](WhisperModel& w, const FloatArray& enc) {
+                 const auto& c = w.config();
+                 expect_shape(enc, {c.n_audio_ctx, c.n_audio_state}, "set_window: enc");
+                 py::gil_scoped_release nogil;
+                 w.set_window(enc.data());
+             },
+             py::arg("enc"), "make enc [n_audio_ctx, d] the decoder's window")
+        .def("decoder_logits",
+             [](WhisperModel& w, const std::vector<int32_t>& tokens) {
+                 std::vector<float> out;
+                 {
+                     py::gil_scoped_release nogil;
+                     w.decoder_logits(tokens.data(), int64_t(tokens.size()), out);
+                 }
+                 return to_array(out, {py::ssize_t(tokens.size()),
+                                       py::ssize_t(w.config().n_vocab)});
+             },
+             py::arg("tokens"), "logits [n, n_vocab] of tokens from position 0 on the window")
+        .def("generate",
+             [](WhisperModel& w, const std::vector<int32_t>& prompt,
+                const std::vector<int32_t>& suppress_tokens, bool suppress_blank,
+                int64_t max_initial_timestamp_index, int64_t max_length,
+                const std::vector<int32_t>& prefix, int beam_size, float patience,
+                float length_penalty) {
+                 whisper::DecodeOptions o;
+                 o.suppress_tokens = suppress_tokens;
+                 o.suppress_blank = suppress_blank;
+                 o.max_initial_timestamp_index = max_initial_timestamp_index;
+                 o.max_length = max_length;
+                 o.prefix = prefix;
+                 whisper::BeamOptions b{beam_size, patience, length_penalty};
+                 if (beam_size < 1)
+                     throw ShapeError("generate: beam_size " + std::to_string(beam_size) +
+                                      " < 1");
+                 whisper::DecodeResult r;
+                 {
+                     py::gil_scoped_release nogil;
+                     r = w.generate(prompt, o, b);
+                 }
+                 return py::make_tuple(r.tokens, r.sum_logprob, r.no_speech_prob);
+             },
+             py::arg("prompt"), py::arg("suppress_tokens"), py::arg("suppress_blank") = true,
+             py::arg("max_initial_timestamp_index") = 50, py::arg("max_length") = 0,
+             py::arg("prefix") = std::vector<int32_t>{}, py::arg("beam_size") = 1,
+             py::arg("patience") = 1.0f, py::arg("length_penalty") = 1.0f,
+             "greedy decoding (beam search when beam_size > 1) on the window: (tokens, "
+             "sum_logprob, no_speech_prob); prefix: tokens forced first (part of the output, "
+             "scored 0; greedy only)");
+}
+
+}  // namespace dasllama::bindings

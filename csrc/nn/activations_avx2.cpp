@@ -1,0 +1,101 @@
+// The nn activations for AVX2 + FMA (built with DASLLAMA_ISA_FLAGS_avx2).
+#include <algorithm>
+#include <cstring>
+
+#include "cpu/simd_x86.h"
+#include "nn/activations.h"
+
+namespace dasllama::nn::act {
+
+#if defined(__AVX2__) && defined(__FMA__)
+namespace {
+
+using cpu::simd_x86::exp_avx2;
+
+// erfc(a) for a >= 0: t exp(-a^2 + P(t)), t = 1 / (1 + a/2), P a degree-9 polynomial
+// (Numerical Recipes' erfcc, fractional error below 1.2e-7 everywhere).
+inline __m256 erfc_pos(__m256 a) {
+    const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f),
+                                   _mm256_fmadd_ps(_mm256_set1_ps(0.5f), a, _mm256_set1_ps(1.0f)));
+    __m256 p = _mm256_set1_ps(0.17087277f);
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.82215223f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.48851587f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.13520398f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.27886807f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.18628806f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.09678418f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.37409196f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.00002368f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.26551223f));
+    const __m256 e = exp_avx2(_mm256_fnmadd_ps(a, a, p));
+    return _mm256_mul_ps(t, e);
+}
+
+// GELU(x) = x/2 erfc(-x / sqrt 2): for x >= 0 that is x/2 (2 - erfc(x / sqrt 2)).
+inline __m256 gelu8(__m256 x) {
+    const __m256 a = _mm256_mul_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x),
+                                   _mm256_set1_ps(0.70710678118654752f));
+    const __m256 e = erfc_pos(a);
+    const __m256 pos = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ);
+    const __m256 c = _mm256_blendv_ps(e, _mm256_sub_ps(_mm256_set1_ps(2.0f), e), pos);
+    return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), c);
+}
+
+void gelu_erf_avx2(float* x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, gelu8(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        alignas(32) float v[8] = {};
+        std::memcpy(v, x + i, size_t(n - i) * sizeof(float));
+        _mm256_store_ps(v, gelu8(_mm256_load_ps(v)));
+        std::memcpy(x + i, v, size_t(n - i) * sizeof(float));
+    }
+}
+
+void softmax_row_avx2(float* x, int64_t n) {
+    // the row's maximum, 8 lanes at a time
+    __m256 vmax = _mm256_set1_ps(-3.4e38f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vmax);
+    float m = lanes[0];
+    for (int k = 1; k < 8; ++k) m = std::max(m, lanes[k]);
+    for (int64_t j = i; j < n; ++j) m = std::max(m, x[j]);
+    // exponentials and their sum, in double lanes (a float total of a 1500-key row would
+    // drift by ~1e-7, scaling every weight by it)
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256d acc_lo = _mm256_setzero_pd(), acc_hi = _mm256_setzero_pd();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(x + i, e);
+        acc_lo = _mm256_add_pd(acc_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        acc_hi = _mm256_add_pd(acc_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    alignas(32) double parts[4];
+    _mm256_store_pd(parts, _mm256_add_pd(acc_lo, acc_hi));
+    double sum = parts[0] + parts[1] + parts[2] + parts[3];
+    if (i < n) {
+        alignas(32) float v[8];
+        for (int k = 0; k < 8; ++k) v[k] = m;   // padding; its exponentials are not summed
+        std::memcpy(v, x + i, size_t(n - i) * sizeof(float));
+        _mm256_store_ps(v, exp_avx2(_mm256_sub_ps(_mm256_load_ps(v), vm)));
+        std::memcpy(x + i, v, size_t(n - i) * sizeof(float));
+        for (int64_t k = 0; k < n - i; ++k) sum += v[k];
+    }
+    const float inv_sum = float(1.0 / sum);
+    const __m256 inv = _mm256_set1_ps(inv_sum);
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (; i < n; ++i) x[i] *= inv_sum;
+}
+
+const Kernels avx2{"avx2", gelu_erf_avx2, softmax_row_avx2};
+
+}  // namespace
+
+const Kernels* kernels_avx2() { return &avx2; }
+#else
+const Kernels* kernels_avx2() { return nullptr; }
+#endif
+
+}  // namespace dasllama::nn::act

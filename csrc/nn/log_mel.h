@@ -1,0 +1,47 @@
+// Short-time power spectra and log-mel spectrograms of float32 audio, for the speech models.
+//
+// PowerSpectrum: frames of n_fft samples every hop samples, centered (the signal is padded by
+// n_fft/2 samples on each side, reflected about its end samples, torch.stft's center=True),
+// weighted by a periodic Hann window, and |DFT|^2 of bins 0..n_fft/2. The DFT is a float32
+// matmul of the frames against a windowed cos/sin basis (any n_fft, no power-of-two FFT), whose
+// activation rows are the overlapping frames themselves (cpu::matmul_f32_strided).
+// mel_log10: a filterbank [n_mels, n_bins] over power rows, then log10(max(x, floor)).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpu/matmul.h"
+
+namespace dasllama {
+class ThreadPool;
+}
+
+namespace dasllama::nn {
+
+class PowerSpectrum {
+public:
+    PowerSpectrum(int64_t n_fft, int64_t hop);
+    PowerSpectrum(const PowerSpectrum&) = delete;   // basis_ views basis_data_
+    PowerSpectrum& operator=(const PowerSpectrum&) = delete;
+    PowerSpectrum(PowerSpectrum&&) = default;
+
+    int64_t n_bins() const { return n_fft_ / 2 + 1; }
+    // Frames of a signal of n samples: 1 + n / hop.
+    int64_t n_frames(int64_t n) const { return 1 + n / hop_; }
+    // audio [n] -> power [n_frames(n), n_bins] (resized). Throws ShapeError when n is too short
+    // to reflect (n <= n_fft / 2).
+    void compute(const float* audio, int64_t n, std::vector<float>& power, ThreadPool& pool);
+
+private:
+    int64_t n_fft_, hop_;
+    std::vector<float> basis_data_;   // [2 * n_bins, n_fft]: cos rows, then -sin rows
+    cpu::WeightMatrix basis_;
+    std::vector<float> padded_, spectrum_;
+};
+
+// power [n_frames, n_bins] -> out [n_frames, n_mels] = log10(max(filters . power, floor)).
+void mel_log10(const cpu::WeightMatrix& filters, const float* power, int64_t n_frames,
+               float floor, std::vector<float>& out, ThreadPool& pool);
+
+}  // namespace dasllama::nn

@@ -1,0 +1,191 @@
+"""dasllama.ASR against faster-whisper 1.2.1 (CTranslate2) on the real tiny.en, float32 on
+both sides, greedy (beam 1) and beam search (beam 5, and 3 with other patience and length
+penalties) at temperature 0: identical transcripts, identical tokens, and
+segment boundaries within 0.02 s, on the fixture clips (tests/fixtures/asr: espeak-ng voices
+at several speeds, one with long silences, one over 30 s so that decoding seeks across
+windows). Both get the same samples (decoded once by dasllama.audio), so only the models'
+arithmetic differs.
+
+Bars: avg_logprob and no_speech_prob are floats computed by two float32 engines; their
+differences measured here are below 1e-4 (faster-whisper rounds nothing; the logits differ
+in the 7th digit), so 2e-3 absolute leaves room for other CPUs' rounding.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from requires import require
+
+FIXTURES = Path(__file__).parent / "fixtures" / "asr"
+CLIPS = ["us_plain.flac", "gb_fast.flac", "long_silences.flac", "over_30s.flac"]
+BAR_LOGPROB = 2e-3   # avg_logprob and no_speech_prob, absolute  [measured below 1e-4]
+BAR_TIME = 0.02      # segment start and end, seconds (one timestamp step)
+
+
+@pytest.fixture(scope="module")
+def engines(real_model, tmp_path_factory):
+    require("faster_whisper")
+    import dasllama
+    from dasllama.convert.whisper import convert_whisper
+    from faster_whisper import WhisperModel
+
+    folder = real_model("whisper-tiny.en")
+    gguf = convert_whisper(folder, tmp_path_factory.mktemp("fw") / "tiny.en.gguf")
+    ours = dasllama.ASR(gguf, n_threads=2)
+    theirs = WhisperModel(str(folder), device="cpu", compute_type="float32", cpu_threads=2)
+    return ours, theirs
+
+
+def samples(name: str):
+    require("soundfile")
+    from dasllama import audio
+
+    return audio.load(FIXTURES / name)
+
+
+def run_both(engines, clip: str, beam_size: int = 1, **options):
+    ours, theirs = engines
+    a = samples(clip)
+    mine = list(ours.transcribe(a, beam_size=beam_size, temperature=0.0, **options)[0])
+    ref = list(theirs.transcribe(a, beam_size=beam_size, temperature=0.0, language="en",
+                                 **options)[0])
+    for s in ref:
+        print(f"{clip} faster-whisper [{s.start:.2f} -> {s.end:.2f}] {s.text!r}")
+    return mine, ref
+
+
+def same(mine, ref) -> None:
+    assert [s.text for s in mine] == [s.text for s in ref]
+    assert [list(s.tokens) for s in mine] == [list(s.tokens) for s in ref]
+    for a, b in zip(mine, ref):
+        assert a.start == pytest.approx(b.start, abs=BAR_TIME)
+        assert a.end == pytest.approx(b.end, abs=BAR_TIME)
+        assert a.seek == b.seek
+        assert a.avg_logprob == pytest.approx(b.avg_logprob, abs=BAR_LOGPROB)
+        assert a.no_speech_prob == pytest.approx(b.no_speech_prob, abs=BAR_LOGPROB)
+        assert a.compression_ratio == pytest.approx(b.compression_ratio, rel=1e-9)
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_transcripts_equal_faster_whisper(engines, clip):
+    mine, ref = run_both(engines, clip)
+    assert ref, f"faster-whisper found no speech in {clip}"
+    same(mine, ref)
+
+
+@pytest.mark.parametrize("clip", ["us_plain.flac", "over_30s.flac"])
+def test_without_timestamps_equal_faster_whisper(engines, clip):
+    mine, ref = run_both(engines, clip, without_timestamps=True)
+    same(mine, ref)
+
+
+def test_without_previous_text_equal_faster_whisper(engines):
+    mine, ref = run_both(engines, "over_30s.flac", condition_on_previous_text=False)
+    same(mine, ref)
+
+
+def test_initial_prompt_equal_faster_whisper(engines):
+    mine, ref = run_both(engines, "us_plain.flac", initial_prompt="A fox and a dog.")
+    same(mine, ref)
+
+
+def test_suppressed_tokens_equal_faster_whisper(engines):
+    """suppress_tokens=[-1] expands to faster-whisper's list (its non-speech tokens, which it
+    finds by encoding symbols, plus the task and special tokens)."""
+    require("tokenizers")
+    from faster_whisper.tokenizer import Tokenizer
+    from faster_whisper.transcribe import get_suppressed_tokens
+
+    ours, theirs = engines
+    tok = Tokenizer(theirs.hf_tokenizer, False, task="transcribe", language="en")
+    assert ours.suppressed_tokens([-1]) == list(get_suppressed_tokens(tok, [-1]))
+    assert ours.suppressed_tokens([13, 11]) == list(get_suppressed_tokens(tok, [13, 11]))
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_beam_search_transcripts_equal_faster_whisper(engines, clip):
+    """beam_size 5 (patience 1, length_penalty 1: faster-whisper's defaults)."""
+    mine, ref = run_both(engines, clip, beam_size=5)
+    assert ref
+    same(mine, ref)
+
+
+@pytest.mark.parametrize("options", [dict(patience=2.0), dict(length_penalty=0.5),
+                                     dict(without_timestamps=True)])
+def test_beam_search_options_equal_faster_whisper(engines, options):
+    mine, ref = run_both(engines, "us_plain.flac", beam_size=3, **options)
+    same(mine, ref)
+
+
+def test_long_clip_seeks_into_a_second_window(engines):
+    mine, ref = run_both(engines, "over_30s.flac")
+    same(mine, ref)
+    assert mine[0].seek == 0 and mine[-1].seek > 0   # the test covers seeking
+
+
+@pytest.mark.parametrize("options", [dict(prefix="Please remember"),
+                                     dict(prefix="Please remember", without_timestamps=True),
+                                     dict(suppress_blank=False),
+                                     dict(max_initial_timestamp=0.2),
+                                     dict(suppress_tokens=[])])
+def test_decoding_options_equal_faster_whisper(engines, options):
+    mine, ref = run_both(engines, "gb_fast.flac", **options)
+    same(mine, ref)
+
+
+def test_silence_and_noise_equal_faster_whisper(engines):
+    """Silence and faint noise give no segments on both (the no-speech skip); with the skip
+    off, both give the same output, whatever it is."""
+    import numpy as np
+
+    ours, theirs = engines
+    rng = np.random.default_rng(0)
+    for clip in (np.zeros(16000 * 5, np.float32),
+                 (0.01 * rng.standard_normal(16000 * 5)).astype(np.float32)):
+        mine = list(ours.transcribe(clip)[0])
+        ref = list(theirs.transcribe(clip, beam_size=1, temperature=0.0, language="en")[0])
+        assert mine == [] and ref == []
+        mine = list(ours.transcribe(clip, no_speech_threshold=None)[0])
+        ref = list(theirs.transcribe(clip, beam_size=1, temperature=0.0, language="en",
+                                     no_speech_threshold=None)[0])
+        print("no skip:", [s.text for s in ref])
+        same(mine, ref)
+
+
+def word_error_rate(hyp: str, ref: str) -> float:
+    """Word-level Levenshtein distance over the reference's word count."""
+    h, r = hyp.split(), ref.split()
+    row = list(range(len(h) + 1))
+    for i, rw in enumerate(r, 1):
+        prev, row[0] = row[0], i
+        for j, hw in enumerate(h, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (rw != hw))
+    return row[-1] / max(1, len(r))
+
+
+# The int8 lane (Q8_0 weights, 8-bit activations) against the float32 lane: measured here,
+# identical words on every clip. The bar allows one word in twenty to differ on other CPUs
+# (8-bit rounding moves logits by ~1e-2, enough to flip a near-tie).
+BAR_INT8_WER = 0.05
+
+
+def test_int8_lane_words_match_the_float32_lane(engines, real_model, tmp_path):
+    import dasllama
+
+    ours, _ = engines
+    int8 = dasllama.ASR(ours.path, n_threads=2, compute_type="int8")
+    assert int8.compute_type == "int8" and ours.compute_type == "f32"
+    total_words, total_errors = 0, 0.0
+    for clip in CLIPS:
+        a = samples(clip)
+        ref = " ".join(s.text for s in ours.transcribe(a)[0])
+        hyp = " ".join(s.text for s in int8.transcribe(a)[0])
+        wer = word_error_rate(hyp, ref)
+        print(f"{clip}: int8 vs f32 WER {wer:.3f}")
+        total_words += len(ref.split())
+        total_errors += wer * len(ref.split())
+    assert total_errors / total_words <= BAR_INT8_WER
+    # control: the measure sees a dropped word
+    assert word_error_rate("a b d", "a b c d") == 0.25
