@@ -14,7 +14,6 @@ import io
 import json
 import struct
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -313,10 +312,8 @@ def test_unsupported_format_is_400(server, monkeypatch):
 
 
 def _wait(condition, what: str) -> None:
-    deadline = time.monotonic() + FREE_WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    from test_server_support import wait_for
+    wait_for(condition, what, timeout=FREE_WAIT_S, period=0.02)
 
 
 def test_busy_model_is_503(server):
