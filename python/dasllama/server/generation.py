@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, Tuple
 
 from ..batch import Constraint, Event, Request, SamplingParams, Usage
-from .bridge import Job, WatchedStreamingResponse, sse, watch_disconnect
+from .bridge import SSE_DONE, Job, WatchedStreamingResponse, sse, watch_disconnect
 from .errors import APIError
 from .routers.common import config_of, metrics_of, new_id, now, registry_of
 
@@ -184,8 +184,9 @@ class Generation:
 
 
 class StreamChunks:
-    """The chunks of one streamed response: each an SSE event of {id, object, created, model,
-    choices[, usage]}, id and created shared by the whole stream."""
+    """The events of one streamed response: chunks of {id, object, created, model, choices[,
+    usage]} (id and created shared by the whole stream), then the end: a usage chunk when
+    stream_options.include_usage asks, and [DONE]; or, for a stream that fails, its error."""
 
     def __init__(self, object_name: str, id_prefix: str, model: str):
         self._head = {"id": new_id(id_prefix), "object": object_name, "created": now(),
@@ -196,6 +197,16 @@ class StreamChunks:
         if usage is not None:
             payload["usage"] = usage
         return sse(json.dumps(payload, ensure_ascii=False))
+
+    def end(self, body, usage: dict) -> List[bytes]:
+        """The events after the last choice's finish chunk."""
+        wants_usage = body.stream_options is not None and body.stream_options.include_usage
+        return ([self.chunk([], usage=usage)] if wants_usage else []) + [SSE_DONE]
+
+    @staticmethod
+    def error(error: APIError) -> bytes:
+        """The event that ends a failed stream: the error in the OpenAI shape."""
+        return sse(json.dumps(error.body()))
 
 
 class EventStreamResponse(WatchedStreamingResponse):

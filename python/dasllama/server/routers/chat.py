@@ -12,7 +12,6 @@ request that needs a constraint is a 400 (grammar's GrammarError), never silentl
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional
@@ -21,7 +20,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from ... import grammar, tools
-from ..bridge import SSE_DONE, Job, sse
+from ..bridge import Job
 from ..errors import APIError
 from ..generation import (ChoiceResult, Generation, StreamChunks, admit, apply_event,
                           chat_logprobs, engine_requests, finish_reason, usage_of)
@@ -227,8 +226,7 @@ async def _chunks(body: ChatCompletionRequest, model: str, llm, prepared: Prepar
                 yield delta_chunk(index, {}, finish=reason)
     except APIError as e:     # an error event, or RequestTimeout
         job.cancel()
-        yield sse(json.dumps(e.body()))
+        yield out.error(e)
         return
-    if body.stream_options is not None and body.stream_options.include_usage:
-        yield out.chunk([], usage=usage_of(results, 1, body.n))
-    yield SSE_DONE
+    for tail in out.end(body, usage_of(results, 1, body.n)):
+        yield tail

@@ -3,13 +3,12 @@ each, with echo and logprobs of the generated tokens."""
 
 from __future__ import annotations
 
-import json
 from typing import List
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from ..bridge import SSE_DONE, Job, sse
+from ..bridge import Job
 from ..errors import APIError
 from ..generation import (ChoiceResult, Generation, StreamChunks, admit, apply_event,
                           completion_logprobs, engine_requests, finish_reason, usage_of)
@@ -117,8 +116,7 @@ async def _chunks(body: CompletionRequest, model: str, llm, echoes: list, n_prom
                 yield text_chunk(index, "", finish=finish_reason(event.finish_reason))
     except APIError as e:     # an error event, or RequestTimeout
         job.cancel()
-        yield sse(json.dumps(e.body()))
+        yield out.error(e)
         return
-    if body.stream_options is not None and body.stream_options.include_usage:
-        yield out.chunk([], usage=usage_of(results, n_prompts, body.n))
-    yield SSE_DONE
+    for tail in out.end(body, usage_of(results, n_prompts, body.n)):
+        yield tail
