@@ -438,6 +438,8 @@ def _add_bench_parser(sub) -> None:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_serve_arguments(q)
     q.set_defaults(run=serve.run_serve)
+    from . import soak
+    soak.add_soak_parser(bsub)
     q = bsub.add_parser("check", help="compare a fresh record with the stored one of its box",
                         description=check.__doc__,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
