@@ -438,3 +438,29 @@ def test_ignore_eos_runs_to_max_tokens(model_path):
             runs[ignore] = done
         assert runs[False].finish_reason == "eog" and runs[False].usage.completion_tokens < 40
         assert runs[True].finish_reason == "length" and runs[True].usage.completion_tokens == 40
+
+
+def test_a_slot_left_without_tokens_fails_alone(llm):
+    # A mask that allows only an end token, with ignore_eos banning it: nothing can be sampled.
+    engine = BatchEngine(llm, slots=2)
+    end = engine.eog_ids()[0]
+    words = np.zeros((llm.n_vocab + 31) // 32, np.uint32)
+    words[end // 32] |= np.uint32(1 << (end % 32))
+
+    class OnlyEnd:
+        def mask(self):
+            return words
+
+        def advance(self, token):
+            pass
+
+        def is_done(self):
+            return False
+
+    greedy = SamplingParams(temperature=0)
+    res = _run(engine, [Request(prompt=llm.tokenize(PROMPTS[0]), max_tokens=5, sampling=greedy,
+                                constraint=OnlyEnd(), ignore_eos=True),
+                        Request(prompt=llm.tokenize(PROMPTS[1]), max_tokens=5, sampling=greedy)])
+    (_, bad), (text, good) = res.values()
+    assert bad.kind == "error" and "-inf" in str(bad.error)
+    assert good.kind == "done" and text == llm.generate(PROMPTS[1], max_tokens=5, temperature=0)

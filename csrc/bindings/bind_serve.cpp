@@ -54,12 +54,15 @@ void bind_serve(py::module_& m) {
                  for (const serve::Sampled& s : out) {
                      py::list top;
                      for (const serve::TokenLogprob& t : s.top) top.append(py::make_tuple(t.token, t.logprob));
-                     result.append(py::make_tuple(s.slot, s.token, s.logprob, top));
+                     result.append(py::make_tuple(s.slot, s.token, s.logprob, top,
+                                                  s.error.empty() ? py::object(py::none())
+                                                                  : py::object(py::str(s.error))));
                  }
                  return result;
              },
-             "One forward step; [(slot, token, logprob, [(token, logprob)])] of the sequences "
-             "that sampled (logprob nan unless asked for).")
+             "One forward step; [(slot, token, logprob, [(token, logprob)], error)] of the "
+             "sequences that sampled (logprob nan unless asked for; error None, or why that "
+             "slot could not sample).")
         .def_property_readonly("n_slots", &BatchEngine::n_slots)
         .def_property_readonly("n_ctx", &BatchEngine::n_ctx)
         .def_property_readonly("kv_pool_bytes", &BatchEngine::kv_pool_bytes)

@@ -279,7 +279,13 @@ std::vector<Sampled> BatchEngine::step() {
             s.mask.clear();
         }
         for (int32_t t : s.banned) lg[t] = -std::numeric_limits<float>::infinity();
-        r.token = s.sampler->sample(lg, size_t(n_vocab_));
+        try {
+            r.token = s.sampler->sample(lg, size_t(n_vocab_));
+        } catch (const std::invalid_argument& e) {  // the mask and bans left no token
+            r.error = e.what();
+            out.push_back(std::move(r));
+            continue;
+        }
         s.sampler->accept(r.token);
         // A mask never excludes the sampled token, so its logit is still the model's.
         if (s.top_logprobs >= 0) r.logprob = lg[r.token] - log_z;

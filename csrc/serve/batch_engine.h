@@ -55,6 +55,7 @@ struct Sampled {
     int32_t token = -1;
     float logprob = 0.0f;
     std::vector<TokenLogprob> top;
+    std::string error;  // non-empty: this slot could not sample (token -1); the others did
 };
 
 struct EngineStats {

@@ -272,8 +272,11 @@ class BatchEngine:
             for a in list(self._active.values()):
                 events += self._emit([self._fail(a, e)], a.request)
             return events
-        for slot, token, logprob, top in sampled:
+        for slot, token, logprob, top, error in sampled:
             a = self._active[slot]
+            if error is not None:   # its mask and bans left no token: it alone fails
+                events += self._emit([self._fail(a, ValueError(error))], a.request)
+                continue
             events += self._emit(self._on_token(a, token, logprob, top), a.request)
         return events
 
