@@ -203,6 +203,30 @@ def test_greedy_tokens_equal_reference(request, which):
         assert no_speech == pytest.approx(info.no_speech_prob, rel=1e-3, abs=1e-7)
 
 
+@pytest.mark.parametrize("which", ["random", "real"])
+def test_beam_tokens_equal_reference(request, which):
+    s = stages_of(request, which)
+    cfg = s.ours.config
+    suppress = cfg["suppress_ids"]
+    max_length = 60 if which == "random" else 448
+    s.ours.set_window(s.ref_enc)
+    cases = [([s.sot], 5, 1.0, 1.0)]
+    if which == "random":
+        cases += [([s.sot, cfg["tokens"]["no_timestamps"]], 3, 2.0, 0.5), ([s.sot], 2, 1.0, 1.0)]
+    for prompt, beam, patience, penalty in cases:
+        tokens, sum_logprob, _ = s.ours.generate(prompt, suppress, True, 50, max_length, [],
+                                                 beam, patience, penalty)
+        ref_tokens, info = s.ref.beam(s.ref_enc, prompt, beam_size=beam, patience=patience,
+                                      length_penalty=penalty, suppress_tokens=suppress,
+                                      max_length=max_length)
+        greedy, _, _ = s.ours.generate(prompt, suppress, True, 50, max_length)
+        print(f"{which} beam {beam} patience {patience} penalty {penalty}: {len(tokens)} "
+              f"tokens, sum logprob {sum_logprob:.5f} (reference {info.sum_logprob:.5f}); "
+              f"greedy differs: {list(greedy) != list(tokens)}")
+        assert list(tokens) == ref_tokens
+        assert sum_logprob == pytest.approx(info.sum_logprob, rel=1e-4, abs=1e-4)
+
+
 def test_real_greedy_output_follows_the_timestamp_rules(real_stages):
     """On speech the output opens with a timestamp no later than 1.0 s, timestamps come in
     pairs except the last, and never decrease."""

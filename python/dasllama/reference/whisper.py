@@ -46,6 +46,15 @@ the best text token's, every text token (and <|endoftext|>) is masked. The arg-m
 the prefix's included) ends the output. The no-speech probability is the softmax of the
 unmasked logits at <|startoftranscript|>.
 
+Beam search (``beam``), as CTranslate2's BeamSearch: the same masks on every hypothesis; at
+the first step the prompt's one hypothesis gives the 2B best tokens (B = beam_size); later,
+each beam's log-probabilities plus its score give B x n_vocab candidates, of which the best 2B
+are kept. Of those, the first B become the beams, except that a candidate ending in
+<|endoftext|> (or any candidate at the last step) is recorded as a finished hypothesis and
+its place goes to the next candidate (from the (B+1)-th on) that does not end. Decoding stops
+at the last step or once round(B * patience) hypotheses are recorded; the winner has the best
+score / length^length_penalty.
+
 Precision: weights are widened to float32 by the ``gguf`` package (not dasllama's reader,
 whose code the fast paths share), then the arithmetic is done in ``dtype`` (float64 by
 default); outputs are float32.
@@ -341,6 +350,69 @@ class ReferenceWhisper:
             out.append(token)
             step_logits = self.decoder_step([token], cache, cross)[0].astype(np.float64)
         return out, DecodeInfo(total, no_speech)
+
+    def beam(self, enc: np.ndarray, prompt: Sequence[int], *, beam_size: int = 5,
+             patience: float = 1.0, length_penalty: float = 1.0,
+             suppress_tokens: Optional[Sequence[int]] = None, suppress_blank: bool = True,
+             max_initial_timestamp_index: int = 50,
+             max_length: Optional[int] = None) -> tuple:
+        """Beam search of one window (the rules in the module text). Returns (the winner's
+        tokens without <|endoftext|>, DecodeInfo with its unnormalized summed log-prob)."""
+        hp, t = self.hp, self.tok
+        suppress = list(self.suppress_ids if suppress_tokens is None else suppress_tokens)
+        timestamps = prompt[-1] != t["no_timestamps"]
+        ts_begin, ts_end = t["timestamp_begin"], hp.n_vocab - 1
+        B, n_cand = beam_size, 2 * beam_size
+        max_hyps = int(round(B * patience))
+        cross = self.cross_kv(enc)
+        cache: list = []
+        logits = self.decoder_step(prompt, cache, cross)
+        sot_index = list(prompt).index(t["sot"])
+        no_speech = float(softmax(logits[sot_index].astype(np.float64))[t["no_speech"]])
+        limit = max_length if max_length is not None else hp.n_text_ctx
+        max_steps = min(limit // 2, limit - (len(prompt) - 1))
+        beams = [([], 0.0, cache)]          # (tokens, score, self-attention cache)
+        rows = [logits[-1].astype(np.float64)]
+        hyps = []
+        for step in range(max_steps):
+            cands = []
+            for k, (seq, score, _) in enumerate(beams):
+                z = rows[k].copy()
+                z[suppress] = -np.inf
+                if step == 0 and suppress_blank:
+                    z[self.suppress_ids_begin] = -np.inf
+                if timestamps:
+                    z = self._timestamp_rules(z, step, 0, seq, ts_begin, ts_end,
+                                              ts_begin + max_initial_timestamp_index)
+                lp = log_softmax(z) + score
+                for tok in np.argsort(-lp, kind="stable")[:n_cand]:
+                    cands.append((float(lp[tok]), k, int(tok)))
+            cands.sort(key=lambda c: (-c[0], c[1], c[2]))
+            cands = cands[:n_cand]
+            last = step + 1 == max_steps
+            chosen, secondary = [], B
+            for k in range(B):
+                score, origin, tok = cands[k]
+                pick = k
+                if tok == t["eot"] or last:
+                    seq = beams[origin][0] + ([] if tok == t["eot"] else [tok])
+                    hyps.append((seq, score))
+                    for j in range(secondary, n_cand):
+                        if cands[j][2] != t["eot"]:
+                            pick, secondary = j, j + 1
+                            break
+                chosen.append(cands[pick])
+            if last or len(hyps) >= max_hyps:
+                break
+            beams_next, rows = [], []
+            for score, origin, tok in chosen:
+                cache_k = [[kk.copy(), vv.copy()] for kk, vv in beams[origin][2]]
+                rows.append(self.decoder_step([tok], cache_k, cross)[0].astype(np.float64))
+                beams_next.append((beams[origin][0] + [tok], score, cache_k))
+            beams = beams_next
+        best = max(range(len(hyps)), key=lambda i: (
+            hyps[i][1] / (len(hyps[i][0]) ** length_penalty) if hyps[i][0] else -np.inf, -i))
+        return hyps[best][0], DecodeInfo(hyps[best][1], no_speech)
 
     def _timestamp_rules(self, z: np.ndarray, step: int, begin: int, out: list,
                          ts_begin: int, ts_end: int, max_initial: int) -> np.ndarray:
