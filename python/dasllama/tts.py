@@ -156,8 +156,8 @@ class TTS:
                                 f"(pocket.voice_cloning is false); use a voice file "
                                 f"(load_voice) or None")
         if isinstance(wav, (str, os.PathLike)):
-            from .reference.pocket import read_wav
-            wav, sample_rate = read_wav(wav)
+            from .audio import read
+            wav, sample_rate = read(wav)
         a = np.asarray(wav, dtype=np.float64)
         if a.ndim == 2:
             a = a.mean(axis=0)
