@@ -11,7 +11,7 @@ import json
 import pytest
 
 from test_server_support import (assert_error_shape, client, httpx, metrics, openai,
-                                 random_model, serve, spec)
+                                 random_model, serve, spec, wait_for)
 
 from dasllama import LLM
 
@@ -315,6 +315,19 @@ def test_metrics_count_tokens_and_requests(server, api):
     assert after[("dasllama_requests_running", "tiny2")] == 0.0
     assert _http_count(server.url, "/v1/completions", "200") == answered + 1
 
+
+
+def test_a_client_gone_before_its_body_is_not_counted_as_a_server_error(server):
+    import socket
+
+    errors = _http_count(server.url, "unmatched", "500")
+    gone = _http_count(server.url, "unmatched", "499")
+    with socket.create_connection((server.host, server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+    wait_for(lambda: _http_count(server.url, "unmatched", "499") == gone + 1,
+             "the abandoned request to be counted")
+    assert _http_count(server.url, "unmatched", "500") == errors
 
 # --------------------------------------------------------------------------------------------
 # Malformed requests: a 4xx in the OpenAI shape naming the field, and the server keeps serving

@@ -11,10 +11,14 @@ import json
 
 from .errors import error_body
 
-__all__ = ["MetricsMiddleware", "AuthMiddleware", "BodyLimitMiddleware", "PUBLIC_PATHS"]
+__all__ = ["MetricsMiddleware", "AuthMiddleware", "BodyLimitMiddleware", "PUBLIC_PATHS",
+           "CLIENT_GONE_STATUS"]
 
 # Routes answered without an API key: load balancers and orchestrators probe /health bare.
 PUBLIC_PATHS = frozenset({"/health"})
+# The status counted for a request whose client went away before any answer was sent (the
+# code proxies log for it), so that it is not mistaken for a server error.
+CLIENT_GONE_STATUS = 499
 
 
 async def _send_error(send, status: int, message: str, *, type: str, code: str,
@@ -27,7 +31,9 @@ async def _send_error(send, status: int, message: str, *, type: str, code: str,
 
 
 class MetricsMiddleware:
-    """Counts HTTP requests by route template and status, and those in flight."""
+    """Counts HTTP requests by route template and status, and those in flight. A request the
+    app failed on counts as 500 (the answer the outer error handler sends); one that ended
+    without an answer, because its client left, as CLIENT_GONE_STATUS."""
 
     def __init__(self, app, metrics):
         self.app = app
@@ -36,7 +42,7 @@ class MetricsMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        status = {"code": 500}
+        status = {"code": CLIENT_GONE_STATUS}
 
         async def counting_send(message):
             if message["type"] == "http.response.start":
@@ -46,6 +52,10 @@ class MetricsMiddleware:
         self.metrics.in_flight.inc()
         try:
             await self.app(scope, receive, counting_send)
+        except Exception:     # not CancelledError: a host cancels a request its client left
+            if status["code"] == CLIENT_GONE_STATUS:
+                status["code"] = 500
+            raise
         finally:
             self.metrics.in_flight.dec()
             route = getattr(scope.get("route"), "path", None) or "unmatched"
