@@ -464,3 +464,26 @@ def test_a_slot_left_without_tokens_fails_alone(llm):
     (_, bad), (text, good) = res.values()
     assert bad.kind == "error" and "-inf" in str(bad.error)
     assert good.kind == "done" and text == llm.generate(PROMPTS[1], max_tokens=5, temperature=0)
+
+
+def test_a_raising_callback_cancels_its_request_and_spares_the_others(llm):
+    engine = BatchEngine(llm, slots=2)
+    greedy = SamplingParams(temperature=0)
+    good = []
+
+    def bad_callback(ev):
+        raise RuntimeError("caller bug")
+
+    bad = Request(prompt=llm.tokenize(PROMPTS[0]), max_tokens=8, sampling=greedy,
+                  on_event=bad_callback)
+    fine = Request(prompt=llm.tokenize(PROMPTS[1]), max_tokens=8, sampling=greedy,
+                   on_event=good.append)
+    engine.submit(bad)
+    engine.submit(fine)
+    with pytest.raises(RuntimeError, match="caller bug"):
+        while engine.has_work:
+            engine.step()
+    assert all(a.request is not bad for a in engine._active.values())
+    engine.run()
+    assert "".join(e.text for e in good) == llm.generate(PROMPTS[1], max_tokens=8, temperature=0)
+    assert good[-1].finish_reason == "length"

@@ -163,6 +163,7 @@ class BatchEngine:
         self._ids = itertools.count(1)
         self._completed = 0
         self._eog: Optional[List[int]] = None   # the tokenizer's end-of-generation ids
+        self._callback_errors: list = []        # (request, error) of on_event calls that raised
 
     # --- properties -----------------------------------------------------------------------
     @property
@@ -262,7 +263,20 @@ class BatchEngine:
     # --- the step -------------------------------------------------------------------------
     def step(self) -> List[Event]:
         """Admits waiting requests into free slots, runs one forward step, and returns the
-        events of this step (each also delivered to its request's on_event)."""
+        events of this step (each also delivered to its request's on_event). An on_event that
+        raises has its request cancelled; the step still finishes every other sequence's
+        token, then raises the first such error."""
+        self._callback_errors = []
+        events = self._step()
+        errors, self._callback_errors = self._callback_errors, []
+        for request, _ in errors:
+            request.on_event = None      # it failed once: no more calls into it
+            self.cancel(request.id)
+        if errors:
+            raise errors[0][1]
+        return events
+
+    def _step(self) -> List[Event]:
         events = self._admit()
         if not self._active:
             return events
@@ -296,7 +310,11 @@ class BatchEngine:
     def _emit(self, events: List[Event], request: Request) -> List[Event]:
         if request.on_event is not None:
             for ev in events:
-                request.on_event(ev)
+                try:
+                    request.on_event(ev)
+                except Exception as e:   # the caller's bug must not stall the other slots
+                    self._callback_errors.append((request, e))
+                    break
         return events
 
     def _admit(self) -> List[Event]:
