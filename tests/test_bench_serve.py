@@ -136,6 +136,20 @@ def test_a_file_without_chat_template_gets_gemmas_format_in_llama_server(tmp_pat
     assert serve.template_args(str(gemma)) == ("--no-jinja", "--chat-template", "gemma")
 
 
+def test_a_repetition_is_disturbed_by_others_cpu_use_alone(monkeypatch):
+    # 0.1 CPU s of others over 10 s is 1% of a core: quiet; 1 CPU s over 10 s is 10%
+    assert not serve._disturbed({"others_cpu_s": 0.1, "wall_ns": 10 * 10**9, "agg": 1.0})
+    assert serve._disturbed({"others_cpu_s": 1.0, "wall_ns": 10 * 10**9, "agg": 999.0})
+    assert not serve._disturbed({"others_cpu_s": None, "wall_ns": 10**9})
+    # the wait for quiet is bounded, and ends once quiet windows come in a row
+    monkeypatch.setattr(serve, "_others_busy", lambda servers: 1.0)
+    assert 0.2 <= serve.wait_quiet([], 0.2) < 5
+    calls = iter([1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])
+    monkeypatch.setattr(serve, "_others_busy", lambda servers: next(calls))
+    serve.wait_quiet([], 60)
+    assert next(calls) == 1.0      # stopped after the third quiet window in a row
+
+
 def test_record_command_names_no_local_paths():
     assert serve.portable_command(["dasllama", "--llama-server", "/opt/x/llama-server",
                                    "-m", "gemma3"]) == ["dasllama", "--llama-server",
