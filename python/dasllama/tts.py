@@ -43,7 +43,7 @@ import numpy as np
 from . import _core, gguf, models
 from .errors import TTSInputError
 
-__all__ = ["TTS", "TTSInputError", "add_speak_parser", "DEVICES"]
+__all__ = ["TTS", "TTSInputError", "add_speak_parser", "read_voice_state", "DEVICES"]
 
 # Device kinds this release runs Pocket TTS on ("vulkan:N" picks one; metal on Apple platforms).
 DEVICES = ("cpu", "vulkan", "metal")
@@ -51,6 +51,7 @@ _FIRST_STEP_FRAMES = 1       # a stream's first piece: one frame (80 ms), for a 
 _STEP_FRAMES = 6             # later pieces: frames decoded per call (about half a second)
 _VOICE_FORMAT = "dasllama-pocket-voice"
 _VOICE_VERSION = 1
+VOICE_FOLDER = "voices"      # voice states by name, beside the model file
 
 
 class TTS:
@@ -142,8 +143,16 @@ class TTS:
 
     @property
     def voices(self) -> list[str]:
-        """Names of the voices registered on this object."""
-        return list(self.model.voices)
+        """Names of the voices registered on this object, and of the voice states in the
+        ``voices/`` folder beside the model file (``dasllama pull pocket`` puts its catalog
+        there); those register on first use."""
+        return sorted(set(self.model.voices) | set(self._voice_files()))
+
+    def _voice_files(self) -> dict:
+        folder = self.path.parent / VOICE_FOLDER
+        if not folder.is_dir():
+            return {}
+        return {p.stem: p for p in folder.glob("*.safetensors") if p.is_file()}
 
     def register_voice(self, name: str, wav, sample_rate: Optional[int] = None) -> np.ndarray:
         """Registers voice ``name`` from audio: a 16-bit PCM .wav path, or float samples ([n],
@@ -191,6 +200,9 @@ class TTS:
         """Writes a registered voice's rows to a voice file (.npz: the rows, the format's
         name and version, the model's d_model)."""
         self._check_voice(name)
+        if name not in self._voice_rows:
+            raise TTSInputError(f"voice {name!r} was registered from a voice state, not from "
+                                f"prompt rows: copy its .safetensors file instead")
         path = Path(path)
         with open(path, "wb") as f:  # np.savez would append .npz to a name without it
             np.savez(f, format=np.array(_VOICE_FORMAT), version=np.array(_VOICE_VERSION),
@@ -199,7 +211,17 @@ class TTS:
         return path
 
     def load_voice(self, name: str, path: Union[str, os.PathLike]) -> None:
-        """Registers voice ``name`` from a file written by :meth:`save_voice`."""
+        """Registers voice ``name`` from a file written by :meth:`save_voice`, or from a
+        voice state of the pocket-tts package (``.safetensors``: every layer's K/V rows, as
+        its ``export-voice`` and its predefined voices store them; no voice encoder needed).
+        A file that does not fit leaves the voices as they were."""
+        if str(path).lower().endswith(".safetensors"):
+            keys, values = read_voice_state(path, self.config["lm"])
+            if not isinstance(name, str) or not name:
+                raise TTSInputError(f"a voice needs a non-empty name, got {name!r}")
+            self.model.add_voice_state(name, keys, values)
+            self._voice_rows.pop(name, None)
+            return
         try:
             with np.load(path, allow_pickle=False) as z:
                 fmt, version = str(z["format"]), int(z["version"])
@@ -221,13 +243,17 @@ class TTS:
             return ""
         if isinstance(voice, os.PathLike):
             voice = os.fspath(voice)
+        if isinstance(voice, str) and voice not in self.model.voices:
+            stored = self._voice_files().get(voice)
+            if stored is not None and not os.path.isfile(voice):
+                self.load_voice(voice, stored)
         if isinstance(voice, str) and voice not in self.model.voices and os.path.isfile(voice):
             if voice.lower().endswith(".wav"):
                 self.register_voice(voice, voice)
             else:
                 self.load_voice(voice, voice)
         if not isinstance(voice, str) or voice not in self.model.voices:
-            known = ", ".join(repr(v) for v in self.model.voices) or "none registered"
+            known = ", ".join(repr(v) for v in self.voices) or "none registered"
             raise TTSInputError(f"unknown voice {voice!r}; known voices: {known}; or a path "
                                 f"to a .wav or a voice file, or None for no voice prompt")
         return voice
@@ -332,6 +358,55 @@ class TTS:
             f.setframerate(int(sample_rate or self.sample_rate))
             f.writeframes(pcm.tobytes())
         return Path(path)
+
+
+def read_voice_state(path: Union[str, os.PathLike], lm: dict) -> tuple:
+    """(keys, values), float32 [num_layers, n, kv_heads, head_dim] each, from a pocket-tts
+    voice state file (``transformer.layers.I.self_attn/cache``: [2, 1, T, kv_heads, head_dim],
+    keys rotated; ``.../offset`` or the older ``.../current_end`` says how many rows are
+    filled). lm: the model's ``config["lm"]``. TTSInputError names the file and the tensor
+    that does not fit."""
+    from .convert import ConvertError, read_safetensors
+
+    try:
+        tensors = read_safetensors(path)
+    except (ConvertError, OSError) as e:
+        raise TTSInputError(f"{path}: not a voice state file ({e})") from None
+    layers, heads, dim = int(lm["num_layers"]), int(lm["num_kv_heads"]), int(lm["head_dim"])
+    keys, values, filled = [], [], None
+    for i in range(layers):
+        prefix = f"transformer.layers.{i}.self_attn/"
+        cache = tensors.get(prefix + "cache")
+        if cache is None:
+            raise TTSInputError(f"{path}: no tensor {prefix}cache (a voice state for a model of "
+                                f"{layers} layers)")
+        if cache.ndim != 5 or cache.shape[:2] != (2, 1) or cache.shape[3:] != (heads, dim):
+            raise TTSInputError(f"{path}: {prefix}cache has shape {list(cache.shape)}, expected "
+                                f"[2, 1, T, {heads}, {dim}]")
+        if prefix + "offset" in tensors:
+            n = int(np.asarray(tensors[prefix + "offset"]).reshape(-1)[0])
+        elif prefix + "current_end" in tensors:
+            n = int(tensors[prefix + "current_end"].shape[0])
+        else:
+            n = int(cache.shape[2])
+        if not 0 < n <= cache.shape[2] or (filled is not None and n != filled):
+            raise TTSInputError(f"{path}: {prefix} fills {n} rows of {cache.shape[2]}"
+                                + (f", layer 0 fills {filled}" if filled is not None else ""))
+        filled = n
+        block = np.asarray(cache[:, 0, :n], dtype=np.float32)
+        if not np.all(np.isfinite(block)):
+            raise TTSInputError(f"{path}: {prefix}cache holds NaN or infinite values")
+        keys.append(block[0])
+        values.append(block[1])
+    def layer_of(key: str) -> int:
+        index = key[len("transformer.layers."):].split(".", 1)[0]
+        return int(index) if index.isdigit() else -1
+
+    extra = sorted(k for k in tensors if k.startswith("transformer.layers.") and layer_of(k) >= layers)
+    if extra:
+        raise TTSInputError(f"{path}: a voice state for a deeper model ({extra[0]}); this one "
+                            f"has {layers} layers")
+    return np.ascontiguousarray(np.stack(keys)), np.ascontiguousarray(np.stack(values))
 
 
 def _stage_share(model, before: dict) -> dict:
