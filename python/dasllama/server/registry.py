@@ -105,23 +105,21 @@ class LoadedLLM:
 
 class SerialModel:
     """A model that serves one request at a time (a TTS or an ASR object runs one synthesis or
-    transcription at a time): a request's work holds `lock` (a threading.Lock) for the whole
+    transcription at a time): `model` is the object; a request's work holds `lock` (a threading.Lock) for the whole
     of it (serial_job.SerialJob); `waiting` counts the requests holding or waiting for it
     (changed on the event loop only). close() waits for the request in progress, which a
     cancelled request ends at its next piece."""
 
     kind = "serial"
 
-    def __init__(self):
+    def __init__(self, model):
+        self.model = model
         self.lock = threading.Lock()
         self.waiting = 0
 
-    def _close_model(self) -> None:   # pragma: no cover - every subclass writes its own
-        raise NotImplementedError
-
     def close(self) -> None:
         with self.lock:
-            self._close_model()
+            self.model.close()
 
 
 class LoadedTTS(SerialModel):
@@ -129,9 +127,9 @@ class LoadedTTS(SerialModel):
 
     kind = "tts"
 
-    def __init__(self, tts):
-        super().__init__()
-        self.tts = tts
+    @property
+    def tts(self):
+        return self.model
 
     @classmethod
     def load(cls, spec: ModelSpec, config: ServerConfig) -> "LoadedTTS":
@@ -153,9 +151,6 @@ class LoadedTTS(SerialModel):
     def sample_rate(self) -> int:
         return self.tts.sample_rate
 
-    def _close_model(self) -> None:
-        self.tts.close()
-
 
 class LoadedASR(SerialModel):
     """A speech recognition model ready to serve: asr (dasllama.ASR). Requests take turns for
@@ -164,18 +159,15 @@ class LoadedASR(SerialModel):
 
     kind = "asr"
 
-    def __init__(self, asr):
-        super().__init__()
-        self.asr = asr
+    @property
+    def asr(self):
+        return self.model
 
     @classmethod
     def load(cls, spec: ModelSpec, config: ServerConfig) -> "LoadedASR":
         from ..asr import ASR
 
         return cls(ASR(spec.source, n_threads=config.threads))
-
-    def _close_model(self) -> None:
-        self.asr.close()
 
 
 class ModelEntry:
