@@ -9,7 +9,7 @@ timing, one untimed call of each checks that both generate the same text and the
 of tokens; a difference is an error, not a figure.
 
 A repetition times the whole call: for the server, from sending the (non-streamed) request to
-reading the last byte of its response on one keep-alive connection; for LLM.generate, the
+reading the last byte of its response (a connection per request); for LLM.generate, the
 call. The figure is completion tokens over that time (t/s): prompt evaluation, decoding and,
 for the server, HTTP, JSON, the engine thread and the event loop. Repetitions alternate (server
 1, generate 1, server 2, ...) after the same pause and quiet wait as the other cells; rows hold
@@ -22,7 +22,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 from .serve_load import SENTENCES, ServeError, ServerProcess
 from .stats import summarize
@@ -37,13 +37,13 @@ SINGLE_PROMPT = " ".join(SENTENCES[:8])
 
 
 def time_server(host: str, port: int, model_id: str, ids: list, max_tokens: int,
-                timeout: float, conn: Optional[http.client.HTTPConnection] = None) -> dict:
-    """One non-streamed /v1/completions request of token ids: wall_ns (send to the last
-    byte), completion tokens, prompt tokens, text and finish reason."""
+                timeout: float) -> dict:
+    """One non-streamed /v1/completions request of token ids on a connection of its own (a
+    kept-alive one would be closed by the server during a long quiet wait): wall_ns (connect
+    and send to the last byte), completion tokens, prompt tokens, text and finish reason."""
     body = json.dumps({"model": model_id, "prompt": list(ids), "max_tokens": max_tokens,
                        "temperature": 0}).encode()
-    own = conn is None
-    conn = conn or http.client.HTTPConnection(host, port, timeout=timeout)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         t0 = time.perf_counter_ns()
         conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -53,8 +53,7 @@ def time_server(host: str, port: int, model_id: str, ids: list, max_tokens: int,
     except (OSError, http.client.HTTPException) as e:
         raise ServeError(f"single request: {type(e).__name__}: {e}") from e
     finally:
-        if own:
-            conn.close()
+        conn.close()
     if resp.status != 200:
         raise ServeError(f"single request: HTTP {resp.status}: {raw[:300]!r}")
     out = json.loads(raw)
@@ -86,31 +85,27 @@ def measure_single(server: ServerProcess, llm, model_id: str, *, reps: int, max_
     returns the seconds it waited. Returns {"dasllama": [figures], ANCHOR: [figures],
     "validation": {...}}; each figure has tps, wall_ns, tokens, waited_s."""
     ids = llm.tokenize(SINGLE_PROMPT)
-    conn = http.client.HTTPConnection(host, server.port, timeout=timeout)
-    try:
-        served = time_server(host, server.port, model_id, ids, max_tokens, timeout, conn)
-        called = time_generate(llm, ids, max_tokens)
-        if served["prompt_tokens"] != len(ids):
-            raise ServeError(f"single request: the server counted {served['prompt_tokens']} "
-                             f"prompt tokens for {len(ids)} ids")
-        if (served["text"], served["tokens"]) != (called["text"], called["tokens"]):
-            raise ServeError(f"single request: the server generated {served['tokens']} tokens "
-                             f"({served['text'][:80]!r}...), LLM.generate {called['tokens']} "
-                             f"({called['text'][:80]!r}...): not the same work")
-        figures: dict = {"dasllama": [], ANCHOR: []}
-        for _ in range(reps):
-            for name in ("dasllama", ANCHOR):
-                waited = before_rep()
-                fig = (time_server(host, server.port, model_id, ids, max_tokens, timeout, conn)
-                       if name == "dasllama" else time_generate(llm, ids, max_tokens))
-                if fig["tokens"] != called["tokens"]:
-                    raise ServeError(f"single request: {name} generated {fig['tokens']} tokens "
-                                     f"this time, {called['tokens']} at validation")
-                fig["tps"] = _tps(fig)
-                fig["waited_s"] = waited
-                figures[name].append(fig)
-    finally:
-        conn.close()
+    served = time_server(host, server.port, model_id, ids, max_tokens, timeout)
+    called = time_generate(llm, ids, max_tokens)
+    if served["prompt_tokens"] != len(ids):
+        raise ServeError(f"single request: the server counted {served['prompt_tokens']} "
+                         f"prompt tokens for {len(ids)} ids")
+    if (served["text"], served["tokens"]) != (called["text"], called["tokens"]):
+        raise ServeError(f"single request: the server generated {served['tokens']} tokens "
+                         f"({served['text'][:80]!r}...), LLM.generate {called['tokens']} "
+                         f"({called['text'][:80]!r}...): not the same work")
+    figures: dict = {"dasllama": [], ANCHOR: []}
+    for _ in range(reps):
+        for name in ("dasllama", ANCHOR):
+            waited = before_rep()
+            fig = (time_server(host, server.port, model_id, ids, max_tokens, timeout)
+                   if name == "dasllama" else time_generate(llm, ids, max_tokens))
+            if fig["tokens"] != called["tokens"]:
+                raise ServeError(f"single request: {name} generated {fig['tokens']} tokens "
+                                 f"this time, {called['tokens']} at validation")
+            fig["tps"] = _tps(fig)
+            fig["waited_s"] = waited
+            figures[name].append(fig)
     figures["validation"] = {"prompt_tokens": len(ids), "completion_tokens": called["tokens"],
                              "finish_reason": called["finish"], "same_text": True,
                              "text": called["text"][:200]}
