@@ -35,6 +35,7 @@ import os
 import secrets
 import time
 import wave
+import zipfile
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
@@ -50,7 +51,7 @@ DEVICES = ("cpu", "vulkan", "metal")
 _FIRST_STEP_FRAMES = 1       # a stream's first piece: one frame (80 ms), for a quick start
 _STEP_FRAMES = 6             # later pieces: frames decoded per call (about half a second)
 _VOICE_FORMAT = "dasllama-pocket-voice"
-_VOICE_VERSION = 1
+_VOICE_VERSION = 2           # 2: the model's fingerprint and geometry are checked
 VOICE_FOLDER = "voices"      # voice states by name, beside the model file
 
 
@@ -196,9 +197,30 @@ class TTS:
         self.model.add_voice(name, rows)
         self._voice_rows[name] = rows
 
+    def model_fingerprint(self) -> str:
+        """What a voice file is checked against: a sha256 over the backbone's float32 vectors
+        (norms, bos rows, latent statistics), which every lane of one model stores alike and
+        another training run does not share."""
+        import hashlib
+
+        h = hashlib.sha256()
+        with gguf.open(self.path) as f:
+            for name in sorted(f.tensors):
+                info = f.tensors[name]
+                if name.startswith("lm.") and info.type == "F32" and len(info.shape) == 1:
+                    h.update(name.encode() + b"\0" + np.ascontiguousarray(f.raw(name)).tobytes())
+        return h.hexdigest()
+
+    def _voice_geometry(self) -> dict:
+        c = self.config
+        return dict(d_model=int(c["lm"]["d_model"]), sample_rate=int(c["sample_rate"]),
+                    frame_size=int(c["frame_size"]), latent_dim=int(c["latent_dim"]))
+
     def save_voice(self, name: str, path: Union[str, os.PathLike]) -> Path:
         """Writes a registered voice's rows to a voice file (.npz: the rows, the format's
-        name and version, the model's d_model)."""
+        name and version, the model's fingerprint and its geometry: d_model, sample rate,
+        codec frame size and latent width). The file loads into this model, in any lane,
+        with no voice encoder."""
         self._check_voice(name)
         if name not in self._voice_rows:
             raise TTSInputError(f"voice {name!r} was registered from a voice state, not from "
@@ -206,7 +228,8 @@ class TTS:
         path = Path(path)
         with open(path, "wb") as f:  # np.savez would append .npz to a name without it
             np.savez(f, format=np.array(_VOICE_FORMAT), version=np.array(_VOICE_VERSION),
-                     d_model=np.array(self.config["lm"]["d_model"]),
+                     model=np.array(self.model_fingerprint()),
+                     **{k: np.array(v) for k, v in self._voice_geometry().items()},
                      rows=self._voice_rows[name])
         return path
 
@@ -225,15 +248,28 @@ class TTS:
         try:
             with np.load(path, allow_pickle=False) as z:
                 fmt, version = str(z["format"]), int(z["version"])
-                d_model, rows = int(z["d_model"]), z["rows"]
-        except (OSError, ValueError, KeyError) as e:
+                if fmt != _VOICE_FORMAT or version != _VOICE_VERSION:
+                    raise TTSInputError(
+                        f"{path}: voice file format {fmt!r} version {version}; this release "
+                        f"reads {_VOICE_FORMAT!r} version {_VOICE_VERSION}")
+                model, rows = str(z["model"]), np.asarray(z["rows"])
+                geometry = {k: int(z[k]) for k in self._voice_geometry()}
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
             raise TTSInputError(f"{path}: not a dasllama voice file ({e})") from None
-        if fmt != _VOICE_FORMAT or version != _VOICE_VERSION:
-            raise TTSInputError(f"{path}: voice file format {fmt!r} version {version}; this "
-                                f"release reads {_VOICE_FORMAT!r} version {_VOICE_VERSION}")
-        if d_model != int(self.config["lm"]["d_model"]):
-            raise TTSInputError(f"{path}: a voice for a model of d_model {d_model}, this one "
-                                f"has {self.config['lm']['d_model']}")
+        for field, want in self._voice_geometry().items():
+            if geometry[field] != want:
+                raise TTSInputError(f"{path}: a voice for a model of {field} {geometry[field]}, "
+                                    f"this one has {want}")
+        if model != self.model_fingerprint():
+            raise TTSInputError(f"{path}: a voice for another model (fingerprint {model[:12]}, "
+                                f"this one {self.model_fingerprint()[:12]}): its rows only "
+                                f"make sense to the model that encoded them")
+        if rows.dtype.kind != "f" or not np.all(np.isfinite(rows)):
+            raise TTSInputError(f"{path}: the voice rows are not finite float values")
+        d = geometry["d_model"]
+        if rows.ndim != 2 or rows.shape[1] != d or len(rows) == 0:
+            raise TTSInputError(f"{path}: voice rows of shape {list(rows.shape)}, expected "
+                                f"[n >= 1, {d}]")
         self.add_voice_rows(name, rows)
 
     def _check_voice(self, voice) -> str:
