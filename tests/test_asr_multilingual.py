@@ -299,7 +299,10 @@ def test_other_languages_equal_faster_whisper(base, theirs, clip, task, beam_siz
     mine, ref = run_both(base, theirs, clip, task=task, beam_size=beam_size)
     assert ref, f"faster-whisper found no speech in {clip}"
     same(mine, ref)
-    # control: the other task's tokens differ, so the comparison above can fail
+    if beam_size > 1:
+        return
+    # control (once per clip and task): the other task's tokens differ, so the comparison
+    # above can fail
     other = "translate" if task == "transcribe" else "transcribe"
     mine_other = list(base.transcribe(load(clip), task=other, beam_size=beam_size)[0])
     assert [s.tokens for s in mine_other] != [s.tokens for s in mine]
