@@ -374,7 +374,10 @@ class ASR:
         """Transcribe ``audio`` (a path, bytes, a binary file object, or float32 samples at
         ``sample_rate``, default 16 kHz). Returns (segments, info): a lazy iterator of
         :class:`Segment` and a :class:`TranscriptionInfo`. Options keep faster-whisper's
-        names and defaults where this version runs them (see the module text)."""
+        names and defaults where this version runs them (see the module text).
+        language: a code of :attr:`supported_languages`, or None to detect it (multilingual
+        models; the detection runs before this returns). task: "transcribe" or "translate"
+        (English text; multilingual models)."""
         if self.model is None:
             raise ASRError("this ASR is closed")
         temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
