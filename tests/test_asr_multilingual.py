@@ -259,6 +259,23 @@ def test_detected_language_equals_faster_whisper(base, theirs, clip):
     assert info.all_language_probs == probs
 
 
+@pytest.mark.parametrize("clip", ["over_30s.flac", "es_plain.flac"])
+def test_detection_over_two_windows_equals_faster_whisper(base, theirs, clip):
+    """language_detection_segments=2 with a threshold no window reaches: every window of the
+    clip's first 60 s is tried (two for over_30s, one for es_plain), and the language best in
+    most of them wins, with its highest probability; the list is the last window's."""
+    a = load(clip)
+    kw = dict(language_detection_segments=2, language_detection_threshold=0.999)
+    language, probability, probs = base.detect_language(a, **kw)
+    ref_language, ref_probability, ref_probs = theirs.detect_language(a, **kw)
+    assert language == ref_language
+    assert probability == pytest.approx(ref_probability, abs=BAR_LANGUAGE_PROB)
+    assert max(abs(p - dict(ref_probs)[code]) for code, p in probs) <= BAR_LANGUAGE_PROB
+    if clip == "over_30s.flac":   # the second window's list is not the first's
+        first = dict(base.detect_language(a)[2])
+        assert max(abs(p - first[code]) for code, p in probs) > 10 * BAR_LANGUAGE_PROB
+
+
 @pytest.mark.parametrize("clip", ["de_plain.flac", "fr_plain.flac"])
 def test_language_probability_bar_bites(base, theirs, clip):
     """Negative controls of the detection bar: a softmax over the whole vocabulary, and
