@@ -257,6 +257,7 @@ def test_detected_language_equals_faster_whisper(base, theirs, clip):
     _, info = base.transcribe(a)
     assert (info.language, info.language_probability) == (language, probability)
     assert info.all_language_probs == probs
+    assert base.stats["language_seconds"] > 0
 
 
 @pytest.mark.parametrize("clip", ["over_30s.flac", "es_plain.flac"])

@@ -191,7 +191,8 @@ class ASR:
         self._tokenizer = _core.Tokenizer.from_gguf(_core.GGUFFile.open(str(self.path)))
         self._lock = threading.Lock()
         self._stats = dict(audio_seconds=0.0, wall_seconds=0.0, windows=0, tokens=0,
-                           mel_seconds=0.0, encode_seconds=0.0, decode_seconds=0.0)
+                           mel_seconds=0.0, encode_seconds=0.0, decode_seconds=0.0,
+                           language_seconds=0.0)
         self.multilingual = bool(self.config["multilingual"])
         self.languages = self._language_tokens() if self.multilingual else {}
 
@@ -209,7 +210,8 @@ class ASR:
     def stats(self) -> dict:
         """Totals over this ASR's transcriptions: audio_seconds (audio decoded), wall_seconds,
         windows, tokens, and the clocks of the stages (mel_seconds, encode_seconds,
-        decode_seconds). ``dict(asr.stats)`` is a snapshot."""
+        decode_seconds; language_seconds: language detection before a transcription, its
+        windows' encoding included). ``dict(asr.stats)`` is a snapshot."""
         return dict(self._stats)
 
     @property
@@ -319,9 +321,11 @@ class ASR:
         first = None
         for start in range(0, max(frames, 1), n_window):
             window = self._window(mel, start, min(n_window, frames - start))
+            clock = time.perf_counter()
             with self._lock:
                 enc = self.model.encode(window)
                 probs = self._language_probs_of_window()
+            self._stats["language_seconds"] += time.perf_counter() - clock
             if first is None:
                 first = (window, enc)
             language, probability = probs[0]
