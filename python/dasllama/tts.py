@@ -73,7 +73,7 @@ class TTS:
         device = resolve_device(device)
         if device.split(":", 1)[0] not in DEVICES:
             raise TTSInputError(f"device {device!r}: Pocket TTS runs on {', '.join(DEVICES)}")
-        from .reference.pocket import read_config
+        from .pocket_config import read_config
 
         self.path = models.find(model)
         with gguf.open(self.path) as f:
