@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -216,7 +217,9 @@ def test_unsupported_options_are_400s(server, expected, data, param):
 
 def test_translation_on_an_english_only_model_is_400(client, server, expected):
     openai = require("openai")
-    with open(_clip("gb_fast"), "rb") as f, pytest.raises(openai.BadRequestError) as e:
+    with open(_clip("gb_fast"), "rb") as f, pytest.raises(openai.BadRequestError) as e, \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)   # the client marks the route so
         client.audio.translations.create(model=MODEL, file=f)
     assert e.value.body["param"] == "model" and "translate" in e.value.body["message"]
     from test_server_support import assert_error_shape
@@ -354,6 +357,40 @@ def _transcriptions(server, outcome: str) -> float:
                     s.labels.get("model") == MODEL and s.labels.get("outcome") == outcome:
                 total += s.value
     return total
+
+
+def test_a_client_that_leaves_frees_the_model(server, expected):
+    """A client that goes away mid-transcription: its work stops (the model is free long
+    before the clip would have been decoded again), it counts as cancelled, and the next
+    request is served."""
+    import socket
+
+    from test_server_support import metric, wait_for
+
+    cancelled = _transcriptions(server, "cancelled")
+    sf = require("soundfile")
+    from dasllama import audio
+    samples = audio.load(str(_clip("over_30s")), 8000)     # 35 s at 8 kHz: two windows
+    buf = io.BytesIO()
+    sf.write(buf, samples, 8000, format="FLAC", subtype="PCM_16")
+    data = buf.getvalue()
+    assert len(data) < MAX_UPLOAD - 4096
+    boundary = "leaves"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+            f"filename=\"long.flac\"\r\nContent-Type: audio/flac\r\n\r\n").encode() + data + \
+        f"\r\n--{boundary}--\r\n".encode()
+    head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: {server.host}\r\n"
+            f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection((server.host, server.port), timeout=30) as sock:
+        sock.sendall(head + body)
+        wait_for(lambda: metric(server.url, "serial_requests_active", MODEL) >= 1,
+                 "the request to hold the model")
+    wait_for(lambda: metric(server.url, "serial_requests_active", MODEL) == 0,
+             "the model to be freed after the client left")
+    wait_for(lambda: _transcriptions(server, "cancelled") == cancelled + 1,
+             "the request to count as cancelled")
+    _still_serves(server, expected)
 
 
 def test_metrics_count_audio_seconds_and_rejections(server, expected):

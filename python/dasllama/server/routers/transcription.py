@@ -395,6 +395,8 @@ async def _serve(request: Request, task: str):
                                    on_disconnect=job.cancel)
     try:
         segments = [segment async for _, segment in items]
+        if job.cancelled:     # the client left: the segments are partial and nobody reads them
+            return JSONResponse({}, status_code=CLIENT_GONE_STATUS)
         outcome["value"] = "ok"
     except APIError as e:
         outcome["value"] = "failed" if e.status >= 500 else "rejected"
