@@ -79,10 +79,11 @@ def _tps(fig: dict) -> float:
 
 def measure_single(server: ServerProcess, llm, model_id: str, *, reps: int, max_tokens: int,
                    timeout: float, before_rep: Callable[[], float] = lambda: 0.0,
+                   on_rep: Callable[[str, int, dict], None] = lambda name, rep, fig: None,
                    host: str = "127.0.0.1") -> dict:
     """Validate, warm up, then time ``reps`` alternating repetitions of the server and of
     LLM.generate. before_rep() runs before each repetition (the pause and the quiet wait) and
-    returns the seconds it waited. Returns {"dasllama": [figures], ANCHOR: [figures],
+    returns the seconds it waited; on_rep(engine, rep, figure) hears each one. Returns {"dasllama": [figures], ANCHOR: [figures],
     "validation": {...}}; each figure has tps, wall_ns, tokens, waited_s."""
     ids = llm.tokenize(SINGLE_PROMPT)
     served = time_server(host, server.port, model_id, ids, max_tokens, timeout)
@@ -95,7 +96,7 @@ def measure_single(server: ServerProcess, llm, model_id: str, *, reps: int, max_
                          f"({served['text'][:80]!r}...), LLM.generate {called['tokens']} "
                          f"({called['text'][:80]!r}...): not the same work")
     figures: dict = {"dasllama": [], ANCHOR: []}
-    for _ in range(reps):
+    for rep in range(reps):
         for name in ("dasllama", ANCHOR):
             waited = before_rep()
             fig = (time_server(host, server.port, model_id, ids, max_tokens, timeout)
@@ -106,6 +107,7 @@ def measure_single(server: ServerProcess, llm, model_id: str, *, reps: int, max_
             fig["tps"] = _tps(fig)
             fig["waited_s"] = waited
             figures[name].append(fig)
+            on_rep(name, rep, fig)
     figures["validation"] = {"prompt_tokens": len(ids), "completion_tokens": called["tokens"],
                              "finish_reason": called["finish"], "same_text": True,
                              "text": called["text"][:200]}
@@ -146,17 +148,19 @@ def single_cell(server: ServerProcess, model_id: str, path, model: dict, result:
     dasllama one), its validation added to the result's; returns the two rows."""
     from ..llm import LLM
 
+    def on_rep(name: str, rep: int, f: dict) -> None:
+        on_event("note", message=f"{model['file']}  single     {name:<12} rep {rep + 1}: "
+                                 f"{f['tps']:7.1f} t/s, {f['wall_ns'] / 1e6:8.1f} ms, waited "
+                                 f"{f['waited_s']:.0f} s")
+
     with LLM(str(path), n_ctx=ctx, threads=threads) as llm:
         figures = measure_single(server, llm, model_id, reps=reps, max_tokens=max_tokens,
-                                 timeout=timeout, before_rep=before_rep, host=host)
+                                 timeout=timeout, before_rep=before_rep, on_rep=on_rep,
+                                 host=host)
     result["engines"].setdefault(ANCHOR, {"version": result["engines"]["dasllama"]["version"],
                                           "how": "dasllama.LLM in the harness's process"})
     result["validation"].append({"model": model["file"], "cell": "single",
                                  **figures["validation"]})
-    for name in ("dasllama", ANCHOR):
-        for rep, f in enumerate(figures[name]):
-            on_event("note", message=f"{model['file']}  single     {name:<12} rep {rep + 1}: "
-                                     f"{f['tps']:7.1f} t/s, {f['wall_ns'] / 1e6:8.1f} ms")
     versions = {n: result["engines"][n]["version"] for n in ("dasllama", ANCHOR)}
     return single_rows(model, versions, figures, threads=threads, max_tokens=max_tokens,
                        slots=slots, ctx=ctx, noise_cv=noise_cv)
