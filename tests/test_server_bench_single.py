@@ -86,6 +86,11 @@ def test_the_cell_gives_two_paired_rows(run):
     for r in rows:
         assert r["kind"] == "serve" and r["n"] == REPS and len(r["samples"]) == REPS
         assert len(r["samples_ns"]) == REPS and len(r["waited_s"]) == REPS
+        # CPU seconds: /proc counts the server's in 10 ms ticks (these requests take less);
+        # getrusage counts the harness's in microseconds.
+        assert len(r["cpu_s"]) == REPS and all(c >= 0 for c in r["cpu_s"])
+        if r["engine"] == "LLM.generate":
+            assert all(c > 0 for c in r["cpu_s"])
         assert r["min"] <= r["median"] <= r["max"] and r["median"] == sorted(r["samples"])[1]
         assert r["noisy"] == (r["cv"] > record.NOISE_CV)
         assert (r["concurrency"], r["requests"], r["threads"]) == (1, 1, 1)

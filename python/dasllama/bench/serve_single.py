@@ -15,12 +15,16 @@ for the server, HTTP, JSON, the engine thread and the event loop. Repetitions al
 1, generate 1, server 2, ...) after the same pause and quiet wait as the other cells; rows hold
 the statistics over the repetitions (test ``single_c1``, engines ``dasllama`` and
 ``LLM.generate``: ``record.pairs`` quotes their ratio, the server over the library call).
+Each row also keeps the CPU seconds of each repetition (``cpu_s``: the server's process, or
+the harness's for LLM.generate): on a loaded machine, where the wall time follows the others'
+load, the CPU a request costs moves much less.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import resource
 import time
 from typing import Callable
 
@@ -73,6 +77,11 @@ def time_generate(llm, ids: list, max_tokens: int) -> dict:
             "text": text, "finish": st.get("finish_reason")}
 
 
+def _cpu_self() -> float:
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
 def _tps(fig: dict) -> float:
     return fig["tokens"] * 1e9 / fig["wall_ns"]
 
@@ -99,8 +108,10 @@ def measure_single(server: ServerProcess, llm, model_id: str, *, reps: int, max_
     for rep in range(reps):
         for name in ("dasllama", ANCHOR):
             waited = before_rep()
+            cpu0 = server.cpu_seconds() if name == "dasllama" else _cpu_self()
             fig = (time_server(host, server.port, model_id, ids, max_tokens, timeout)
                    if name == "dasllama" else time_generate(llm, ids, max_tokens))
+            fig["cpu_s"] = (server.cpu_seconds() if name == "dasllama" else _cpu_self()) - cpu0
             if fig["tokens"] != called["tokens"]:
                 raise ServeError(f"single request: {name} generated {fig['tokens']} tokens "
                                  f"this time, {called['tokens']} at validation")
@@ -130,6 +141,7 @@ def single_rows(model: dict, versions: dict, figures: dict, *, threads: int, max
                      "reruns": 0, "samples": values,
                      "samples_ns": [int(f["wall_ns"]) for f in figs],
                      "waited_s": [round(f["waited_s"], 1) for f in figs],
+                     "cpu_s": [round(f["cpu_s"], 3) for f in figs],
                      "concurrency": 1, "requests": 1, "max_tokens": max_tokens,
                      "completion_tokens": figs[0]["tokens"], "slots": slots,
                      "ctx_per_slot": ctx, "prompt_tokens": figs[0]["prompt_tokens"],
