@@ -191,26 +191,32 @@ class ReferenceKokoro:
         e = (e + self.embed(np.arange(t), "bert.embeddings.position_embeddings")).astype(F32)
         e = self.ln(e, "bert.embeddings.LayerNorm")
         h = self.linear(e, "bert.encoder.embedding_hidden_mapping_in")            # (T, 768)
+        for _ in range(self.meta["kokoro.bert.layers"]):   # one shared layer, applied again
+            h = self.albert_layer(h)
+        return self.linear(h, "bert_encoder")                                  # (T, 512)
+
+    def albert_layer(self, h: np.ndarray) -> np.ndarray:
+        """One application of ALBERT's shared layer: h (T, 768) -> (T, 768). Attention scales q
+        and k each by sqrt(1 / sqrt(head_dim)), as the graph does."""
         layer = "bert.encoder.albert_layer_groups.0.albert_layers.0"
+        t = h.shape[0]
         heads = self.meta["kokoro.bert.heads"]
         dim = h.shape[1] // heads
-        qk_scale = np.sqrt(F32(1) / np.sqrt(F32(dim))).astype(F32)   # on q and on k
-        for _ in range(self.meta["kokoro.bert.layers"]):   # one shared layer, applied again
-            q = self.linear(h, f"{layer}.attention.query").reshape(t, heads, dim)
-            k = self.linear(h, f"{layer}.attention.key").reshape(t, heads, dim)
-            v = self.linear(h, f"{layer}.attention.value").reshape(t, heads, dim)
-            q = (q.transpose(1, 0, 2) * qk_scale).astype(F32)                 # (H, T, d)
-            k = (k.transpose(1, 2, 0) * qk_scale).astype(F32)                 # (H, d, T)
-            p = softmax(q @ k)                                                # (H, T, T)
-            ctx = (p @ v.transpose(1, 0, 2)).transpose(1, 0, 2).reshape(t, heads * dim)
-            a = self.linear(ctx.astype(F32), f"{layer}.attention.dense")
-            a = self.ln((h + a).astype(F32), f"{layer}.attention.LayerNorm")
-            f = matmul_integer(a, self.w[f"{layer}.ffn.weight"], self.w[f"{layer}.ffn.weight_zp"],
-                               self.w[f"{layer}.ffn.weight_scale"])
-            f = fast_gelu(f, self.w[f"{layer}.ffn.bias"])
-            f = self.linear(f, f"{layer}.ffn_output")
-            h = self.ln((f + a).astype(F32), f"{layer}.full_layer_layer_norm")
-        return self.linear(h, "bert_encoder")                                  # (T, 512)
+        qk_scale = np.sqrt(F32(1) / np.sqrt(F32(dim))).astype(F32)
+        q = self.linear(h, f"{layer}.attention.query").reshape(t, heads, dim)
+        k = self.linear(h, f"{layer}.attention.key").reshape(t, heads, dim)
+        v = self.linear(h, f"{layer}.attention.value").reshape(t, heads, dim)
+        q = (q.transpose(1, 0, 2) * qk_scale).astype(F32)                     # (H, T, d)
+        k = (k.transpose(1, 2, 0) * qk_scale).astype(F32)                     # (H, d, T)
+        p = softmax(q @ k)                                                    # (H, T, T)
+        ctx = (p @ v.transpose(1, 0, 2)).transpose(1, 0, 2).reshape(t, heads * dim)
+        a = self.linear(ctx.astype(F32), f"{layer}.attention.dense")
+        a = self.ln((h + a).astype(F32), f"{layer}.attention.LayerNorm")
+        f = matmul_integer(a, self.w[f"{layer}.ffn.weight"], self.w[f"{layer}.ffn.weight_zp"],
+                           self.w[f"{layer}.ffn.weight_scale"])
+        f = fast_gelu(f, self.w[f"{layer}.ffn.bias"])                        # bias inside
+        f = self.linear(f, f"{layer}.ffn_output")
+        return self.ln((f + a).astype(F32), f"{layer}.full_layer_layer_norm")
 
     # ------------------------------------------------------------------ 2-3. prosody
     def duration_encoder(self, d_en: np.ndarray, s_pred: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["dynamic_quantize", "matmul_integer", "conv_integer", "lstm_integer",
-           "layer_norm", "instance_norm", "leaky_relu", "sigmoid", "fast_gelu", "softmax",
+           "layer_norm", "instance_norm", "leaky_relu", "sigmoid", "tanh", "fast_gelu", "softmax",
            "conv1d", "conv_transpose1d", "resize_linear_half_pixel"]
 
 F32 = np.float32
@@ -107,9 +107,9 @@ def lstm_integer(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray,
             i = sigmoid(g[:hidden])
             o = sigmoid(g[hidden:2 * hidden])
             f = sigmoid(g[2 * hidden:3 * hidden])
-            cand = np.tanh(g[3 * hidden:]).astype(F32)
-            c = (f * c + i * cand).astype(F32)
-            h = (o * np.tanh(c)).astype(F32)
+            cand = tanh(g[3 * hidden:])
+            c = ((c * f).astype(F32) + (i * cand).astype(F32)).astype(F32)
+            h = (tanh(c) * o).astype(F32)
             hs[t] = h
         outs.append(hs if d == 0 else hs[::-1])
     return np.concatenate(outs, axis=1)
@@ -117,9 +117,51 @@ def lstm_integer(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray,
 
 # ============================================================================ float ops
 
+def _fma(a, b, c) -> np.ndarray:
+    """float32 fused multiply-add: the product of two float32 values is exact in float64,
+    so one rounding to float32 remains (a double rounding of the sum is possible, rarely)."""
+    return (np.asarray(a, np.float64) * np.asarray(b, np.float64)
+            + np.asarray(c, np.float64)).astype(F32)
+
+
+def _rational(x2: np.ndarray, coefs) -> np.ndarray:
+    """Horner's rule in x^2 with a fused multiply-add per step, as MLAS's kernels do."""
+    acc = _fma(x2, F32(coefs[0]), F32(coefs[1]))
+    for c in coefs[2:]:
+        acc = _fma(acc, x2, F32(c))
+    return acc
+
+
+# onnxruntime's logistic and tanh (MLAS, on x86-64 with FMA): the rational approximations in
+# x^2 that Eigen uses, on inputs clamped to [-18, 18] and [-9, 9]. Reproduced because the
+# LSTMs' hidden states are quantized at every step, where a last-bit difference can move a
+# value to the next quantization step.
+_LOGISTIC_P = (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05,
+               8.51377133304701e-03, 2.48287947061529e-01)
+_LOGISTIC_Q = (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06,
+               1.70198817374094e-03, 1.16817656904453e-01, 9.93151921023180e-01)
+_TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+           5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+           4.89352455891786e-03)
+_TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+           4.89352518554385e-03)
+
+
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, F32)
-    return (F32(1) / (F32(1) + np.exp(-x))).astype(F32)
+    """onnxruntime's Sigmoid (MlasComputeLogistic)."""
+    x = np.clip(np.asarray(x, F32), F32(-18), F32(18))
+    x2 = (x * x).astype(F32)
+    p = (_rational(x2, _LOGISTIC_P) * x).astype(F32)
+    q = _rational(x2, _LOGISTIC_Q)
+    return np.clip(p / q + F32(0.5), F32(0), F32(1)).astype(F32)
+
+
+def tanh(x: np.ndarray) -> np.ndarray:
+    """onnxruntime's Tanh (MlasComputeTanh)."""
+    x = np.clip(np.asarray(x, F32), F32(-9), F32(9))
+    x2 = (x * x).astype(F32)
+    p = (_rational(x2, _TANH_P) * x).astype(F32)
+    return (p / _rational(x2, _TANH_Q)).astype(F32)
 
 
 def leaky_relu(x: np.ndarray, slope: float) -> np.ndarray:
@@ -127,10 +169,11 @@ def leaky_relu(x: np.ndarray, slope: float) -> np.ndarray:
 
 
 def fast_gelu(x: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """com.microsoft FastGelu: the tanh approximation of GELU of x + bias."""
-    x = (x + bias).astype(F32)
-    inner = F32(0.7978845608028654) * (x + F32(0.044715) * x * x * x)
-    return (F32(0.5) * x * (F32(1) + np.tanh(inner))).astype(F32)
+    """com.microsoft FastGelu as onnxruntime computes it: v = x + bias, then
+    v * 0.5 * (1 + tanh(v * (sqrt(2/pi) + 0.044715 sqrt(2/pi) v^2))) with MLAS's tanh."""
+    v = (x + bias).astype(F32)
+    inner = (v * (F32(0.7978845608028654) + F32(0.035677408136300125) * v * v)).astype(F32)
+    return (v * F32(0.5) * (F32(1) + tanh(inner))).astype(F32)
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -138,17 +181,40 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return (e / e.sum(axis=axis, keepdims=True)).astype(F32)
 
 
+_LANES = 8   # the x86-64 LayerNorm kernel's vector width (AVX2: 8 floats)
+
+
+def _lane_sum(v: np.ndarray) -> np.ndarray:
+    """The kernel's horizontal sum of 8 lanes: (l0+l4)+(l2+l6) + (l1+l5)+(l3+l7)."""
+    r = (v[..., 0:4] + v[..., 4:8]).astype(F32)
+    r2 = (r[..., 0:2] + r[..., 2:4]).astype(F32)
+    return (r2[..., 0] + r2[..., 1]).astype(F32)
+
+
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
-    """LayerNormalization over the last axis as onnxruntime's CPU kernel computes it (and
-    SkipLayerNormalization, on x = input + skip): float32 running sums of x and x * x in index
-    order, var = E[x^2] - E[x]^2, y = (x - mean) / sqrt(var + eps) * weight + bias."""
+    """LayerNormalization over the last axis as onnxruntime's x86-64 kernel computes it: sums
+    of x and x * x in 8 float32 lanes (the squares by fused multiply-add) reduced pairwise,
+    var = E[x^2] - E[x]^2, y = ((x - mean) / sqrt(var + eps)) * weight + bias, the last step
+    fused. Rows whose length is not a multiple of 8 finish with a running sum."""
     x = np.asarray(x, F32)
-    n = F32(x.shape[-1])
-    total = np.cumsum(x, axis=-1, dtype=F32)[..., -1:]            # sequential, as the loop
-    squares = np.cumsum(x * x, axis=-1, dtype=F32)[..., -1:]
-    mean = total / n
-    denom = np.sqrt(squares / n - mean * mean + F32(eps)).astype(F32)
-    return ((x - mean) / denom * weight.astype(F32) + bias.astype(F32)).astype(F32)
+    n = x.shape[-1]
+    full = n - n % _LANES
+    lanes = x[..., :full].reshape(*x.shape[:-1], full // _LANES, _LANES)
+    vsum = np.zeros(x.shape[:-1] + (_LANES,), F32)
+    vsq = np.zeros(x.shape[:-1] + (_LANES,), F32)
+    for j in range(lanes.shape[-2]):
+        v = lanes[..., j, :]
+        vsum = (vsum + v).astype(F32)
+        vsq = _fma(v, v, vsq)
+    total, squares = _lane_sum(vsum), _lane_sum(vsq)
+    for j in range(full, n):
+        total = (total + x[..., j]).astype(F32)
+        squares = (squares + (x[..., j] * x[..., j]).astype(F32)).astype(F32)
+    mean = (total / F32(n)).astype(F32)[..., None]
+    var = ((squares / F32(n)).astype(F32)[..., None] - (mean * mean).astype(F32)).astype(F32)
+    inv = (F32(1) / np.sqrt((var + F32(eps)).astype(F32))).astype(F32)
+    y = ((x - mean).astype(F32) * inv).astype(F32)
+    return _fma(y, weight.astype(F32), bias.astype(F32))
 
 
 def instance_norm(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
