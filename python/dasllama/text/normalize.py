@@ -205,7 +205,9 @@ def normalize(text: str) -> str:
     months = "|".join(_MONTHS)
     text = re.sub(rf"\b({months}) (\d{{1,2}})(?:st|nd|rd|th)?\b(?:,? (\d{{4}})\b)?",
                   _date_words, text)
-    text = re.sub(r"\b(\d{1,2}):([0-5]\d)\b(?:\s*([AaPp]\.?[Mm]\.?))?", _time, text)
+    # a final dot after AM/PM stays: it may end the sentence
+    text = re.sub(r"\b(\d{1,2}):([0-5]\d)\b(?:\s*([AaPp]\.?[Mm](?:\.(?!\s|$))?))?", _time,
+                  text)
     text = re.sub(r"([$£€])(\d[\d,]*(?:\.\d+)?)(?:\s+(thousand|million|billion|trillion))?",
                   _money, text)
     text = re.sub(rf"(\d[\d,]*(?:\.\d+)?)({_UNITS_ATTACHED})(?![A-Za-z])", _unit, text,
