@@ -12,6 +12,7 @@ OpenAI error shape, and the server answers a good request after each.
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 import threading
@@ -29,6 +30,7 @@ MODEL = "whisper-tiny.en"
 THREADS = 2
 # The server's upload limit: every clip but over_30s.flac (619 KB) fits under it.
 MAX_UPLOAD = 400_000
+UPLOADS = ("/v1/audio/transcriptions", "/v1/audio/translations")
 
 
 def _clip(name: str) -> Path:
@@ -448,3 +450,60 @@ def test_json_bodies_are_not_parsed_as_forms(server):
     """A JSON body naming a file path is refused: no route reads files a request names."""
     r = _raw(server, json.dumps({"file": str(_clip("gb_fast"))}).encode(), "application/json")
     assert r.status_code == 415
+
+
+# =============================================================================================
+# Fuzz: generated forms and bodies never get a 5xx
+# =============================================================================================
+
+FUZZ_EXAMPLES = 300
+_FIELDS = ("model", "language", "prompt", "temperature", "response_format",
+           "timestamp_granularities[]", "stream", "include[]", "chunking_strategy", "file",
+           "unknown")
+
+
+def test_generated_forms_get_4xx_not_5xx(server, expected):
+    """Forms of arbitrary fields and values, with or without a file of arbitrary bytes (now and
+    then a real clip's head or a valid clip), and raw bodies under a multipart content type:
+    every answer is below 500 in the OpenAI shape, and the server serves afterwards."""
+    require("hypothesis")
+    import httpx
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    clip = _clip("gb_fast").read_bytes()
+    text = st.one_of(st.sampled_from(["", "json", "text", "srt", "vtt", "verbose_json", "en",
+                                      "fr", "0", "0.0", "1", "-1", "true", "false", "word",
+                                      "segment", MODEL, "whisper-1", "auto", "logprobs"]),
+                     st.text(max_size=40))
+    files = st.one_of(st.none(), st.binary(max_size=2048), st.just(clip[:300]),
+                      st.just(clip), st.just(clip[:len(clip) // 2]))
+    form = st.lists(st.tuples(st.sampled_from(_FIELDS), text), max_size=8)
+    raw = st.binary(max_size=512)
+    statuses = collections.Counter()
+
+    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(fields=form, upload=files, body=raw, use_raw=st.booleans(),
+           path=st.sampled_from(UPLOADS))
+    def one(fields, upload, body, use_raw, path):
+        url = server.url + path
+        if use_raw:
+            r = httpx.post(url, content=body, timeout=120, headers={
+                "content-type": "multipart/form-data; boundary=fuzz"})
+        else:
+            data = {}
+            for key, value in fields:
+                data.setdefault(key, []).append(value)
+            r = httpx.post(url, data=data, timeout=120,
+                           files=None if upload is None else {"file": ("f.bin", upload)})
+        statuses[r.status_code] += 1
+        assert r.status_code < 500 or (r.status_code == 503 and r.headers.get("retry-after")), \
+            (r.status_code, r.text[:300])
+        if r.status_code >= 400:
+            err = r.json()["error"]
+            assert set(err) == {"message", "type", "param", "code"} and err["message"]
+
+    one()
+    print(f"statuses of {FUZZ_EXAMPLES} generated requests: {dict(statuses)}")
+    assert sum(statuses.values()) >= FUZZ_EXAMPLES
+    _still_serves(server, expected)
