@@ -49,20 +49,25 @@ def model_dir(real_model):
 
 
 @pytest.fixture(scope="module")
-def expected(model_dir):
-    """expected(clip) -> (segments, info) of ASR.transcribe on the clip's file (cached)."""
+def local_asr(model_dir):
+    """The same model in this process, for the expected results."""
     from dasllama.asr import ASR
 
-    asr = ASR(model_dir, n_threads=THREADS)
+    with ASR(model_dir, n_threads=THREADS) as asr:
+        yield asr
+
+
+@pytest.fixture(scope="module")
+def expected(local_asr):
+    """expected(clip) -> (segments, info) of ASR.transcribe on the clip's file (cached)."""
     cache = {}
 
     def get(name):
         if name not in cache:
-            segments, info = asr.transcribe(str(_clip(name)))
+            segments, info = local_asr.transcribe(str(_clip(name)))
             cache[name] = (list(segments), info)
         return cache[name]
-    yield get
-    asr.close()
+    return get
 
 
 @pytest.fixture(scope="module")
@@ -166,15 +171,12 @@ def test_verbose_json_has_the_segments(client, expected):
     assert len(r.segments) == len(segments) >= 2
 
 
-def test_prompt_reaches_the_model(server, model_dir, expected):
+def test_prompt_reaches_the_model(server, local_asr, expected):
     """prompt is ASR.transcribe's initial_prompt: the response equals transcribe with it, and
     differs from the response without it (on this clip, this prompt changes the words)."""
-    from dasllama.asr import ASR
-
     prompt = "QUICK BROWN FOX"
-    with ASR(model_dir, n_threads=THREADS) as asr:
-        segments, _ = asr.transcribe(str(_clip("us_plain")), initial_prompt=prompt)
-        want = _text(segments)
+    segments, _ = local_asr.transcribe(str(_clip("us_plain")), initial_prompt=prompt)
+    want = _text(segments)
     assert want != _text(expected("us_plain")[0])     # the control: the prompt matters here
     r = _post(server, clip="us_plain", data={"prompt": prompt})
     assert r.status_code == 200, r.text
@@ -197,10 +199,7 @@ def test_stream_deltas_join_to_the_text(client, expected):
 # =============================================================================================
 
 @pytest.mark.parametrize("data, param", [
-    ({"language": "fr"}, "language"),
-    ({"temperature": "0.4"}, "temperature"),
-    ({"response_format": "verbose_json", "timestamp_granularities[]": "word"},
-     "timestamp_granularities[]"),
+    ({"language": "fr"}, "language"),          # English-only model
     ({"timestamp_granularities[]": "segment"}, "timestamp_granularities[]"),   # json format
     ({"stream": "true", "response_format": "srt"}, "stream"),
     ({"include[]": "logprobs"}, "include[]"),
@@ -214,6 +213,52 @@ def test_unsupported_options_are_400s(server, expected, data, param):
 
     err = assert_error_shape(_post(server, data=data), 400, param_contains=param)
     assert err["type"] == "invalid_request_error"
+    _still_serves(server, expected)
+
+
+def _accepts(local_asr, **options):
+    """(segments, None) when this ASR runs the options on gb_fast, else (None, its ASRError):
+    what the server must answer follows from what the library does."""
+    from dasllama.asr import ASRError
+
+    try:
+        segments, _ = local_asr.transcribe(str(_clip("gb_fast")), **options)
+        return list(segments), None
+    except ASRError as e:
+        return None, e
+
+
+def test_word_granularity_follows_the_asr(server, local_asr, expected):
+    """Words when ASR.transcribe gives word timestamps (equal to its words), else the ASR's
+    refusal as a 400 on timestamp_granularities[]."""
+    from test_server_support import assert_error_shape
+
+    segments, refused = _accepts(local_asr, word_timestamps=True)
+    r = _post(server, data={"response_format": "verbose_json",
+                            "timestamp_granularities[]": ["word", "segment"]})
+    if refused is not None:
+        err = assert_error_shape(r, 400, param_contains="timestamp_granularities[]")
+        assert err["message"] == str(refused)
+        _still_serves(server, expected)
+        return
+    assert r.status_code == 200, r.text
+    want = [(w.word, w.start, w.end) for s in segments for w in (s.words or [])]
+    assert want, "word timestamps on speech gave no words"
+    assert [(w["word"], w["start"], w["end"]) for w in r.json()["words"]] == want
+
+
+def test_a_sampling_temperature_follows_the_asr(server, local_asr, expected):
+    """temperature 0.4: a transcript when the ASR samples, else its refusal as a 400 naming
+    temperature."""
+    from test_server_support import assert_error_shape
+
+    _, refused = _accepts(local_asr, temperature=0.4)
+    r = _post(server, data={"temperature": "0.4"})
+    if refused is not None:
+        err = assert_error_shape(r, 400, param_contains="temperature")
+        assert err["message"] == str(refused)
+    else:
+        assert r.status_code == 200 and r.json()["text"], r.text
     _still_serves(server, expected)
 
 
@@ -404,7 +449,7 @@ def test_metrics_count_audio_seconds_and_rejections(server, expected):
     seconds, rejected = audio_seconds(), _transcriptions(server, "rejected")
     assert _post(server, clip="us_plain").status_code == 200
     assert audio_seconds() == pytest.approx(seconds + expected("us_plain")[1].duration)
-    assert _post(server, data={"temperature": "0.5"}).status_code == 400
+    assert _post(server, data={"language": "fr"}).status_code == 400   # English-only
     assert _transcriptions(server, "rejected") == rejected + 1
 
 
