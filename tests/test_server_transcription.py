@@ -552,3 +552,23 @@ def test_generated_forms_get_4xx_not_5xx(server, expected):
     print(f"statuses of {FUZZ_EXAMPLES} generated requests: {dict(statuses)}")
     assert sum(statuses.values()) >= FUZZ_EXAMPLES
     _still_serves(server, expected)
+
+
+def test_without_python_multipart_the_routes_say_so(server, monkeypatch):
+    """Where python-multipart is missing, the routes answer 501 naming it (not a 400 that
+    blames the body), and `dasllama serve --asr` refuses to start."""
+    import importlib.util
+
+    from dasllama import cli
+    from test_server_support import assert_error_shape
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("python_multipart", "multipart")
+                        else real(name, *a))
+    err = assert_error_shape(_post(server), 501)
+    assert "python-multipart" in err["message"]
+    # (were the check missing, this would serve until the test's timeout)
+    assert cli.main(["serve", "--asr", "--port", "0"]) == 1
+    monkeypatch.undo()
+    assert _post(server).status_code == 200     # the control: with the package, it serves

@@ -243,6 +243,11 @@ def _cmd_serve(args) -> int:
               f"'dasllama[server]'): {e}", file=sys.stderr)
         return 1
     config = config_from_args(args)
+    if any(m.kind == "asr" for m in config.models):
+        from .routers.transcription import multipart_missing
+        if multipart_missing():
+            print(f"dasllama: error: --asr: {multipart_missing()}", file=sys.stderr)
+            return 1
     names = ", ".join(m.name for m in config.models)
     if getattr(args, "ray", False):
         try:

@@ -57,7 +57,8 @@ from ..middleware import CLIENT_GONE_STATUS
 from ..serial_job import SerialJob
 from .common import config_of, metrics_of, registry_of
 
-__all__ = ["router", "TranscriptionForm", "UPLOAD_PATHS", "RESPONSE_FORMATS", "transcript_text"]
+__all__ = ["router", "TranscriptionForm", "UPLOAD_PATHS", "RESPONSE_FORMATS", "transcript_text",
+           "multipart_missing"]
 
 log = logging.getLogger("dasllama.server")
 
@@ -123,9 +124,24 @@ class TranscriptionForm(BaseModel):
 _LIST_FIELDS = ("timestamp_granularities", "include")
 
 
+def multipart_missing() -> Optional[str]:
+    """Why forms cannot be parsed here (Starlette parses them with python-multipart), or
+    None when they can."""
+    import importlib.util
+
+    # The package's module is python_multipart; before 0.0.13 it was multipart.
+    if any(importlib.util.find_spec(name) for name in ("python_multipart", "multipart")):
+        return None
+    return ("reading uploads needs the python-multipart package (pip install "
+            "python-multipart)")
+
+
 async def _read_form(request: Request):
     """(the upload, the other fields) of a multipart body; 415 for another content type, 400
     for a body that is not valid multipart/form-data or has no file."""
+    missing = multipart_missing()
+    if missing:
+        raise APIError(501, missing, code="not_installed")
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "multipart/form-data":
         raise APIError(415, f"the body must be multipart/form-data with the audio in the "
