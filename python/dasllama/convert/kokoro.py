@@ -63,7 +63,7 @@ import os
 import struct
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
