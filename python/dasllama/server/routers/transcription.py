@@ -137,8 +137,9 @@ def multipart_missing() -> Optional[str]:
 
 
 async def _read_form(request: Request):
-    """(the upload, the other fields) of a multipart body; 415 for another content type, 400
-    for a body that is not valid multipart/form-data or has no file."""
+    """(the parsed form, to close; its upload; the other fields, "name[]" lists as "name") of
+    a multipart body. 501 without python-multipart, 415 for another content type, 400 for a
+    body that is not valid multipart/form-data or has no file."""
     missing = multipart_missing()
     if missing:
         raise APIError(501, missing, code="not_installed")
