@@ -1,5 +1,6 @@
-"""The measures of the parity tests: rel-l2 against a reference, and a bar check that also
-asks a negative control to miss the bar tenfold (DESIGN.md, "Correctness")."""
+"""The measures of the parity tests: rel-l2 against a reference, a bar check that also asks a
+negative control to miss the bar tenfold (DESIGN.md, "Correctness"), and the word error rate
+of speech recognition."""
 
 from __future__ import annotations
 
@@ -21,3 +22,14 @@ def check(name: str, err: float, bar: float, control: float | None = None) -> No
     assert err <= bar, line
     if control is not None:
         assert control >= 10 * bar, line
+
+
+def word_error_rate(hyp: str, ref: str) -> float:
+    """Word-level Levenshtein distance over the reference's word count."""
+    h, r = hyp.split(), ref.split()
+    row = list(range(len(h) + 1))
+    for i, rw in enumerate(r, 1):
+        prev, row[0] = row[0], i
+        for j, hw in enumerate(h, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (rw != hw))
+    return row[-1] / max(1, len(r))

@@ -131,16 +131,17 @@ def compression_ratio(text: str) -> float:
     return len(b) / len(zlib.compress(b))
 
 
-def _converted_path(folder: Path) -> Path:
-    """Where the GGUF of a CTranslate2 directory lives in the cache. The key covers the
-    folder's path and every file's size and modification time, so an edited model converts
-    again."""
-    h = hashlib.sha256(str(folder.resolve()).encode())
-    for f in sorted(folder.iterdir()):
+def _converted_path(source: Path) -> Path:
+    """Where the GGUF of a CTranslate2 directory (or a whisper.cpp ggml file) lives in the
+    cache. The key covers the source's path and every file's size and modification time, so
+    an edited model converts again."""
+    h = hashlib.sha256(str(source.resolve()).encode())
+    for f in sorted(source.iterdir()) if source.is_dir() else [source]:
         if f.is_file():
             st = f.stat()
             h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return models.cache_dir() / "converted" / f"{folder.name}.{h.hexdigest()[:16]}.gguf"
+    stem = source.name if source.is_dir() else source.stem
+    return models.cache_dir() / "converted" / f"{stem}.{h.hexdigest()[:16]}.gguf"
 
 
 def _resolve(name_or_path: Union[str, os.PathLike]) -> Path:
@@ -156,7 +157,10 @@ def _resolve(name_or_path: Union[str, os.PathLike]) -> Path:
         found = models.find_or_pull(text)
         folder = find_whisper_dir(found)
         if folder is None:
-            return found
+            from .convert.whisper_ggml import is_ggml_file
+            if not is_ggml_file(found):
+                return found
+            folder = found   # a whisper.cpp model: converted once, as a directory is
     target = _converted_path(folder)
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -168,7 +172,8 @@ class ASR:
     """Whisper speech recognition on the CPU.
 
     name_or_path: a packaged model ("whisper-tiny.en"; pulled on first use), a .gguf written by
-    ``dasllama convert whisper``, or a CTranslate2 Whisper directory.
+    ``dasllama convert whisper``, a CTranslate2 Whisper directory, or a whisper.cpp model
+    file (``ggml-*.bin``; f32, f16 or quantized).
     device: "cpu" (GPU seats come later). compute_type: "float32" (also "default", "auto":
     float32 linears, the parity lane) or "int8" (weights quantized to Q8_0 at load, 8-bit
     activations: about 4x less weight traffic; transcripts may differ from float32's).

@@ -95,7 +95,12 @@ def read_safetensors(path: Union[str, os.PathLike]) -> dict[str, np.ndarray]:
 # =============================================================================================
 
 # ggml tensor types the converters write: name -> (ggml id, block size, bytes per block)
-GGUF_TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q8_0": (8, 32, 34)}
+# name -> (ggml type id, values per block, bytes per block): the types a converter writes or
+# copies from another ggml file.
+GGUF_TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20),
+              "Q5_0": (6, 32, 22), "Q5_1": (7, 32, 24), "Q8_0": (8, 32, 34),
+              "Q2_K": (10, 256, 84), "Q3_K": (11, 256, 110), "Q4_K": (12, 256, 144),
+              "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210), "BF16": (30, 1, 2)}
 
 # GGUF metadata value types
 _U8, _I8, _U16, _I16, _U32, _I32, _F32, _BOOL, _STR, _ARR, _U64, _I64, _F64 = range(13)
@@ -121,6 +126,13 @@ def _value(vtype: int, value: Any) -> bytes:
     if vtype == _STR:
         return _string(value)
     return struct.pack(_PACK[vtype], value)
+
+
+class _Encoded:
+    """Bytes already in a tensor type's layout (see GGUFWriter.add_encoded_tensor)."""
+
+    def __init__(self, data) -> None:
+        self.data = bytes(data)
 
 
 class GGUFWriter:
@@ -178,8 +190,20 @@ class GGUFWriter:
                                f"blocks of {block}")
         self._tensors.append((name, tuple(int(d) for d in shape), type_name, values))
 
+    def add_encoded_tensor(self, name: str, shape: tuple[int, ...], type_name: str,
+                           data: Callable[[], bytes]) -> None:
+        """A tensor whose bytes are already in ``type_name``'s layout (copied from another
+        file of that type, never decoded and encoded again)."""
+        self.add_tensor(name, shape, type_name, lambda: _Encoded(data()))
+
     def _encode(self, name: str, shape: tuple[int, ...], type_name: str,
-                values: np.ndarray) -> bytes:
+                values) -> bytes:
+        if isinstance(values, _Encoded):
+            want = encoded_nbytes(type_name, shape)
+            if len(values.data) != want:
+                raise ConvertError(f"{name}: {len(values.data)} bytes given, {type_name} "
+                                   f"{list(shape)} takes {want}")
+            return values.data
         values = np.ascontiguousarray(values, dtype=np.float32)
         if values.shape != shape:
             raise ConvertError(f"{name}: values of shape {values.shape}, declared {shape}")

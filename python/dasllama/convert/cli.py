@@ -6,6 +6,7 @@
     dasllama convert pocket model.safetensors --tokenizer tokenizer.model -o pocket-q8.gguf \\
         --lane q8_0 --config english_7m.yaml
     dasllama convert whisper faster-whisper-tiny.en/ -o whisper-tiny.en.gguf
+    dasllama convert whisper ggml-base.en-q5_0.bin -o whisper-base.en.gguf
     dasllama convert kokoro kokoro-v1.0.int8.onnx --voices voices_ja.npz -o kokoro.gguf
 
 ``add_convert_parser(sub)`` adds the command to dasllama's own argument parser (the
@@ -76,16 +77,19 @@ def add_convert_parser(sub) -> argparse.ArgumentParser:
                         "English one; fields it leaves out keep the English values")
     q.set_defaults(run=_cmd_pocket)
     q = models.add_parser(
-        "whisper", help="Whisper: a CTranslate2 model directory (as faster-whisper uses it)",
+        "whisper", help="Whisper: a CTranslate2 model directory (as faster-whisper uses it) or "
+                        "a whisper.cpp ggml-*.bin file",
         description="Convert a CTranslate2 Whisper directory (model.bin, config.json, "
                     "vocabulary.json or vocabulary.txt, optionally tokenizer.json and "
-                    "preprocessor_config.json) to one GGUF: weights, mel filters, vocabulary, "
-                    "config.")
-    q.add_argument("directory", metavar="DIR", help="the CTranslate2 model directory")
+                    "preprocessor_config.json), or a whisper.cpp model file (ggml-*.bin: f32, "
+                    "f16 or quantized), to one GGUF: weights, mel filters, vocabulary, config.")
+    q.add_argument("directory", metavar="SOURCE",
+                   help="the CTranslate2 model directory or the whisper.cpp .bin file")
     q.add_argument("-o", "--output", required=True, metavar="OUT.gguf", help="the GGUF to write")
     q.add_argument("--lane", choices=("auto", "f32", "f16"), default="auto",
-                   help="the matrices' type (default auto: the source's precision); norms, "
-                        "biases, positions, convolutions and mel filters are always f32")
+                   help="the matrices' type (default auto: the source's precision, a ggml "
+                        "file's quantized blocks kept); norms, biases, positions and mel "
+                        "filters are f32")
     q.set_defaults(run=_cmd_whisper)
     q = models.add_parser(
         "kokoro", help="Kokoro / Kitten TTS: an ONNX graph (float or int8) and voice packs",

@@ -30,15 +30,15 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import numpy as np
 
 from . import ConvertError, GGUFWriter
 from .ct2 import Ct2FormatError, Ct2Model, dequantized, read_ct2_model
 
-__all__ = ["WhisperDirError", "WhisperDir", "read_whisper_dir", "convert_whisper",
-           "mel_filters", "LANES"]
+__all__ = ["WhisperDirError", "WhisperDir", "WhisperTensor", "read_whisper_dir",
+           "convert_whisper", "write_whisper_gguf", "mel_filters", "LANES"]
 
 SAMPLE_RATE = 16000
 N_FFT = 400
@@ -294,51 +294,83 @@ def _byte_level_types(tokens: list, special: dict) -> list:
     return [1 if i < eot else 3 for i in range(len(tokens))]
 
 
-def convert_whisper(folder: Union[str, os.PathLike], output: Union[str, os.PathLike],
-                    lane: str = "auto") -> Path:
-    """Write the Whisper model in ``folder`` (a CTranslate2 directory) to ``output`` (.gguf).
-    lane: the matrices' type: "auto" (the source's precision: F16 for float16 weights, F32
-    otherwise), "f32" or "f16"."""
-    if lane not in LANES:
-        raise ConvertError(f"lane {lane!r} is not one of {', '.join(LANES)}")
-    wd = read_whisper_dir(folder)
-    hp = wd.hparams
+@dataclass
+class WhisperTensor:
+    """One tensor for the GGUF: values (float32, encoded to ``type`` on write) or, when
+    ``encoded``, bytes already in ``type``'s layout (copied from a ggml file)."""
+
+    name: str
+    shape: tuple
+    type: str
+    data: Callable[[], object]
+    encoded: bool = False
+
+
+def write_whisper_gguf(output: Union[str, os.PathLike], *, name: str, source: str, hparams: dict,
+                       special: dict, config: dict, tokens: list, merges: list,
+                       tensors: list, filters: np.ndarray) -> Path:
+    """The GGUF both sources (a CTranslate2 directory, a whisper.cpp ggml file) become: the
+    ``whisper.*`` config, the vocabulary as a GPT-2 byte-level tokenizer, the tensors (a list
+    of WhisperTensor under the names of the module docstring) and the mel filterbank."""
     w = GGUFWriter()
     w.add("general.architecture", "str", "whisper")
-    w.add("general.name", "str", wd.path.name)
-    w.add("general.source", "str", "CTranslate2 Whisper directory")
-    for key, value in hp.items():
+    w.add("general.name", "str", name)
+    w.add("general.source", "str", source)
+    for key, value in hparams.items():
         w.add(f"whisper.{key}", "u32", int(value))
     w.add("whisper.sample_rate", "u32", SAMPLE_RATE)
     w.add("whisper.n_fft", "u32", N_FFT)
     w.add("whisper.hop_length", "u32", HOP_LENGTH)
     w.add("whisper.chunk_seconds", "u32", CHUNK_SECONDS)
-    for key, value in wd.special.items():
+    for key, value in special.items():
         w.add(f"whisper.token.{key}", "u32", int(value))
-    w.add("whisper.suppress_ids", "i32[]", wd.config.get("suppress_ids", []))
-    w.add("whisper.suppress_ids_begin", "i32[]", wd.config.get("suppress_ids_begin", []))
-    w.add("whisper.lang_ids", "i32[]", wd.config.get("lang_ids", []))
+    w.add("whisper.suppress_ids", "i32[]", config.get("suppress_ids", []))
+    w.add("whisper.suppress_ids_begin", "i32[]", config.get("suppress_ids_begin", []))
+    w.add("whisper.lang_ids", "i32[]", config.get("lang_ids", []))
     w.add("whisper.alignment_heads", "i32[]",
-          [x for pair in wd.config.get("alignment_heads", []) for x in pair])
+          [x for pair in config.get("alignment_heads", []) for x in pair])
     w.add("tokenizer.ggml.model", "str", "gpt2")
     w.add("tokenizer.ggml.pre", "str", "gpt2")
-    w.add("tokenizer.ggml.tokens", "str[]", wd.tokens)
-    w.add("tokenizer.ggml.token_type", "i32[]", _byte_level_types(wd.tokens, wd.special))
-    if wd.merges:
-        w.add("tokenizer.ggml.merges", "str[]", wd.merges)
-    w.add("tokenizer.ggml.eos_token_id", "u32", wd.special["eot"])
-    w.add("tokenizer.ggml.bos_token_id", "u32", wd.special["sot"])
+    w.add("tokenizer.ggml.tokens", "str[]", tokens)
+    w.add("tokenizer.ggml.token_type", "i32[]", _byte_level_types(tokens, special))
+    if merges:
+        w.add("tokenizer.ggml.merges", "str[]", merges)
+    w.add("tokenizer.ggml.eos_token_id", "u32", special["eot"])
+    w.add("tokenizer.ggml.bos_token_id", "u32", special["sot"])
     w.add("tokenizer.ggml.add_bos_token", "bool", False)
+    for t in tensors:
+        if t.encoded:
+            w.add_encoded_tensor(t.name, t.shape, t.type, t.data)
+        else:
+            w.add_tensor(t.name, t.shape, t.type, t.data)
+    filters = np.asarray(filters, dtype=np.float32)
+    w.add_tensor("mel_filters", filters.shape, "F32", lambda: filters)
+    return w.write(output)
+
+
+def convert_whisper(folder: Union[str, os.PathLike], output: Union[str, os.PathLike],
+                    lane: str = "auto") -> Path:
+    """Write the Whisper model in ``folder`` (a CTranslate2 directory; or a whisper.cpp ggml
+    ``.bin`` file, see :mod:`dasllama.convert.whisper_ggml`) to ``output`` (.gguf).
+    lane: the matrices' type: "auto" (the source's precision: F16 for float16 weights, F32
+    otherwise; a ggml file's own types), "f32" or "f16"."""
+    if lane not in LANES:
+        raise ConvertError(f"lane {lane!r} is not one of {', '.join(LANES)}")
+    if Path(folder).is_file():
+        from .whisper_ggml import convert_ggml_whisper
+        return convert_ggml_whisper(folder, output, lane=lane)
+    wd = read_whisper_dir(folder)
+    tensors = []
     for gguf_name, ct2_name, is_matrix in _tensor_map(wd):
         src_type = wd.model.types[wd.model.aliases.get(ct2_name, ct2_name)]
         half = lane == "f16" or (lane == "auto" and src_type == "float16")
-        t = "F16" if is_matrix and half else "F32"
-        shape = wd.model.get(ct2_name).shape
-        w.add_tensor(gguf_name, shape, t,
-                     lambda name=ct2_name: dequantized(wd.model, name))
-    filters = mel_filters(SAMPLE_RATE, N_FFT, hp["n_mels"])
-    w.add_tensor("mel_filters", filters.shape, "F32", lambda: filters)
-    return w.write(output)
+        tensors.append(WhisperTensor(gguf_name, wd.model.get(ct2_name).shape,
+                                     "F16" if is_matrix and half else "F32",
+                                     lambda name=ct2_name: dequantized(wd.model, name)))
+    return write_whisper_gguf(
+        output, name=wd.path.name, source="CTranslate2 Whisper directory", hparams=wd.hparams,
+        special=wd.special, config=wd.config, tokens=wd.tokens, merges=wd.merges,
+        tensors=tensors, filters=mel_filters(SAMPLE_RATE, N_FFT, wd.hparams["n_mels"]))
 
 
 def find_whisper_dir(path: Union[str, os.PathLike]) -> Optional[Path]:
