@@ -23,9 +23,11 @@ What this version runs: decoding at temperature 0, greedy (``beam_size=1``) or b
 without timestamps, ``initial_prompt``, ``prefix`` (forced as the first window's first
 outputs, after <|0.00|> when timestamps are on, as CTranslate2 does), ``suppress_blank``,
 ``suppress_tokens``, ``max_initial_timestamp``, the no-speech skip, on English-only models
-(language "en"). Temperature fallback (sampling), language detection, translation, word timestamps, the VAD
-filter and a prefix with beams are not in it yet: asking for them raises :class:`ASRError`
-saying so.
+(language "en"), and the VAD filter (``vad_filter=True``: Silero VAD's speech chunks,
+:mod:`dasllama.vad`, are transcribed as one concatenated clip and the segment times mapped
+back, as faster-whisper does). Temperature fallback (sampling), language detection,
+translation, word timestamps and a prefix with beams are not in it yet: asking for them raises
+:class:`ASRError` saying so.
 
 A CTranslate2 directory is converted once to a GGUF in the cache (its name carries the
 source's path, size and modification time), then read from there.
@@ -109,6 +111,7 @@ class TranscriptionInfo:
     duration_after_vad: float
     all_language_probs: Optional[list] = None
     transcription_options: TranscriptionOptions = field(default_factory=TranscriptionOptions)
+    vad_options: Optional[object] = None
 
 
 def compression_ratio(text: str) -> float:
@@ -234,6 +237,7 @@ class ASR:
                    suppress_tokens: Optional[Sequence[int]] = (-1,),
                    without_timestamps: bool = False, max_initial_timestamp: float = 1.0,
                    word_timestamps: bool = False, vad_filter: bool = False,
+                   vad_parameters: Optional[Union[dict, object]] = None,
                    sample_rate: Optional[int] = None,
                    ) -> Tuple[Iterator[Segment], TranscriptionInfo]:
         """Transcribe ``audio`` (a path, bytes, a binary file object, or float32 samples at
@@ -257,11 +261,20 @@ class ASR:
             unsupported.append(f"language={language!r} (the model is English-only)")
         if word_timestamps:
             unsupported.append("word_timestamps=True")
-        if vad_filter:
-            unsupported.append("vad_filter=True")
         if unsupported:
             raise ASRError("not supported by this version: " + "; ".join(unsupported))
         samples = _audio.load(audio, SAMPLE_RATE, source_rate=sample_rate)
+        duration = samples.size / SAMPLE_RATE
+        vad_opts, speech_map = None, None
+        if vad_filter:   # transcribe the speech chunks as one clip (faster-whisper's way)
+            from . import vad as _vad
+            try:
+                vad_opts = _vad.vad_options(vad_parameters)
+            except _vad.VADError as e:
+                raise ASRError(str(e)) from None
+            chunks = _vad.default_vad().speech_chunks(samples, vad_opts)
+            samples = _vad.collect_chunks(samples, chunks)
+            speech_map = _vad.SpeechTimestampsMap(chunks, SAMPLE_RATE)
         options = TranscriptionOptions(
             beam_size=beam_size, patience=patience, length_penalty=length_penalty,
             temperatures=temps,
@@ -273,10 +286,21 @@ class ASR:
             suppress_tokens=tuple(self.suppressed_tokens(suppress_tokens or ())),
             without_timestamps=without_timestamps,
             max_initial_timestamp=max_initial_timestamp)
-        duration = samples.size / SAMPLE_RATE
         info = TranscriptionInfo(language="en", language_probability=1.0, duration=duration,
-                                 duration_after_vad=duration, transcription_options=options)
-        return self._segments(samples, options), info
+                                 duration_after_vad=samples.size / SAMPLE_RATE,
+                                 transcription_options=options, vad_options=vad_opts)
+        segments = self._segments(samples, options)
+        if speech_map is not None:
+            segments = self._restore_times(segments, speech_map)
+        return segments, info
+
+    @staticmethod
+    def _restore_times(segments: Iterator[Segment], speech_map) -> Iterator[Segment]:
+        """Segment times in the concatenated speech -> times in the original audio."""
+        for s in segments:
+            s.start = speech_map.original_time(s.start)
+            s.end = speech_map.original_time(s.end, is_end=True)
+            yield s
 
     def _prompt(self, previous: List[int], o: TranscriptionOptions) -> List[int]:
         t = self.tokens

@@ -5,6 +5,7 @@
     dasllama transcribe talk.flac                       # text on stdout (whisper-tiny.en)
     dasllama transcribe a.wav b.mp3 -f srt -o subs/     # one .srt per file in subs/
     dasllama transcribe talk.ogg -f json --compute-type int8
+    dasllama transcribe meeting.wav --vad               # transcribe only the speech (Silero VAD)
 
 Formats: txt (the segments' text, one a line), srt and vtt (subtitles with the segments'
 times), json (faster-whisper's segment fields and the info). With ``-o DIR`` each input gets
@@ -82,7 +83,8 @@ def _cmd_transcribe(args) -> int:
         folder.mkdir(parents=True, exist_ok=True)
     for path in args.files:
         segments, info = asr.transcribe(path, without_timestamps=args.without_timestamps,
-                                        initial_prompt=args.initial_prompt)
+                                        initial_prompt=args.initial_prompt,
+                                        vad_filter=args.vad)
         if folder:
             target = folder / f"{Path(path).stem}.{args.format}"
             with open(target, "w", encoding="utf-8") as out:
@@ -110,6 +112,8 @@ def add_transcribe_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--without-timestamps", action="store_true",
                    help="decode without timestamp tokens (one segment per window)")
     p.add_argument("--initial-prompt", default=None, help="text that conditions the first window")
+    p.add_argument("--vad", action="store_true",
+                   help="skip non-speech first (Silero VAD, faster-whisper's default options)")
     p.add_argument("--progress", action="store_true", default=None,
                    help="print each segment to stderr as it is decoded (default: on a terminal)")
     p.set_defaults(run=_cmd_transcribe)
