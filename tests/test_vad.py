@@ -1,15 +1,24 @@
-"""Silero VAD v6 on the C++ core (dasllama.vad) and the NumPy reference against onnxruntime
-running the silero-vad package's own ONNX file, window by window as silero-vad's OnnxWrapper
-feeds it (the previous window's last 64 samples before each window, the state carried).
+"""Silero VAD v6 on the C++ core (dasllama.vad) and the NumPy reference against onnxruntime,
+window by window as silero-vad's OnnxWrapper feeds the model (the previous window's last 64
+samples before each window, the LSTM state carried), on two ONNX files:
+
+- faster-whisper 1.2.1's assets/silero_vad_v6.onnx, whose weights are the shipped ones
+  (tests/test_vad_convert.py checks them tensor for tensor): the shipped model's parity;
+- the silero-vad package's own silero_vad.onnx (the test extra's 6.2.3, retrained weights in
+  the If-per-sample-rate graph), converted here by dasllama.convert.silero_vad: the converter
+  and the C++ chain on the package's graph.
 
 Clips: the ASR fixtures (tests/fixtures/asr: espeak-ng speech, one with long silences), 3 s
 of digital silence, faint white noise, and loud noise followed by speech.
 
 Bar: the largest absolute difference of a probability, 1e-5 (the issue's bar). Measured here
-against onnxruntime's float32: C++ 1e-7 (silence, noise) to 2.9e-6 (the 35 s clip), the
-float64 reference 1.6e-6 to 2.3e-6. Negative
-controls (they must exceed ten times the bar): the LSTM state and context reset at every
-window, and the LSTM's f and g gate blocks swapped in the weights file.
+against onnxruntime's float32 on the shipped weights: C++ 1e-7 (silence, noise) to 2.9e-6 (the
+35 s clip), the float64 reference 1.6e-6 to 2.3e-6. The package's retrained weights are more
+sensitive to float32 rounding: there onnxruntime itself is up to 1.8e-5 from the float64
+reference while C++ is within 4.6e-6 of it, so on that file C++ is held to 1e-5 against the
+reference and to 5e-5 against onnxruntime (measured 1.6e-5). Negative controls (they must exceed ten times the bar):
+the LSTM state and context reset at every window, and the LSTM's f and g gate blocks swapped
+in the weights file.
 """
 
 from __future__ import annotations
@@ -24,6 +33,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "asr"
 SPEECH = ["us_plain.flac", "gb_fast.flac", "long_silences.flac", "over_30s.flac"]
 SYNTHETIC = ["silence", "faint_noise", "noise_then_speech"]
 BAR = 1e-5   # max |p - p_onnxruntime|  [measured <= 2.9e-6 C++, <= 2.3e-6 reference]
+# The package's retrained weights, C++ against onnxruntime: onnxruntime's float32 is itself
+# 1.8e-5 from the float64 reference there.  [measured 1.6e-5]
+BAR_RETRAINED_ORT = 5e-5
 
 
 def clip(name: str) -> np.ndarray:
@@ -44,18 +56,27 @@ def clip(name: str) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def onnx_path():
+    """The ONNX file of the shipped weights: faster-whisper's copy of Silero VAD v6."""
     require("onnxruntime")
-    from dasllama.convert.silero_vad import package_onnx_path
+    fw = require("faster_whisper")
+    return Path(fw.__file__).parent / "assets" / "silero_vad_v6.onnx"
 
-    try:
-        return package_onnx_path()
-    except Exception as e:  # the package is in the test extra
-        require("silero_vad")
-        raise e
+
+@pytest.fixture(scope="module")
+def package_model(tmp_path_factory):
+    """(the silero-vad package's ONNX, its conversion by dasllama.convert.silero_vad)."""
+    require("onnxruntime")
+    require("onnx")
+    require("silero_vad")
+    from dasllama.convert.silero_vad import convert_silero_vad, package_onnx_path
+
+    out = convert_silero_vad(None, tmp_path_factory.mktemp("pkg") / "package.gguf")
+    return package_onnx_path(), out
 
 
 def onnxruntime_probs(onnx_path, audio: np.ndarray) -> np.ndarray:
-    """silero-vad's OnnxWrapper loop: zero-padded last window, 64 samples of context."""
+    """silero-vad's OnnxWrapper loop: zero-padded last window, 64 samples of context. Both
+    graph forms: inputs (input, state, sr) or (input, h, c)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -63,6 +84,7 @@ def onnxruntime_probs(onnx_path, audio: np.ndarray) -> np.ndarray:
     opts.inter_op_num_threads = 1
     sess = ort.InferenceSession(str(onnx_path), sess_options=opts,
                                 providers=["CPUExecutionProvider"])
+    split_state = "h" in [i.name for i in sess.get_inputs()]
     n = -(-audio.size // 512)
     padded = np.zeros(n * 512, np.float32)
     padded[:audio.size] = audio
@@ -71,9 +93,14 @@ def onnxruntime_probs(onnx_path, audio: np.ndarray) -> np.ndarray:
     out = []
     for i in range(n):
         x = np.concatenate([context, padded[None, i * 512:(i + 1) * 512]], axis=1)
-        p, state = sess.run(None, {"input": x, "state": state, "sr": np.array(16000, np.int64)})
+        if split_state:
+            p, h, c = sess.run(None, {"input": x, "h": state[:1], "c": state[1:]})
+            state = np.concatenate([h, c])
+        else:
+            p, state = sess.run(None, {"input": x, "state": state,
+                                       "sr": np.array(16000, np.int64)})
         context = x[:, -64:]
-        out.append(p[0, 0])
+        out.append(np.asarray(p).reshape(-1)[0])
     return np.array(out, np.float32)
 
 
@@ -132,6 +159,27 @@ def test_probabilities_match_onnxruntime(vad, onnx_path, name):
         control = float(np.abs(np.array(fresh) - want).max())
         print(f"  control: state reset every window: {control:.2e} (must be > {10 * BAR:.0e})")
         assert control > 10 * BAR
+
+
+@pytest.mark.parametrize("name", ["long_silences.flac", "over_30s.flac", "noise_then_speech",
+                                  "faint_noise"])
+def test_package_onnx_converted_matches_onnxruntime(package_model, name):
+    from dasllama.vad import VAD
+
+    require("gguf")
+    from dasllama.reference.silero_vad import ReferenceSileroVad
+
+    onnx_file, gguf = package_model
+    audio = clip(name)
+    want = onnxruntime_probs(onnx_file, audio)
+    got = VAD(gguf).probabilities(audio)
+    ref = ReferenceSileroVad(gguf).probabilities(audio)
+    err, err_ref = float(np.abs(got - want).max()), float(np.abs(got - ref).max())
+    print(f"{name}: silero-vad package ONNX, converted: C++ max |dp| {err:.2e} against "
+          f"onnxruntime (bar {BAR_RETRAINED_ORT:.0e}), {err_ref:.2e} against the reference "
+          f"(bar {BAR:.0e}); onnxruntime against the reference {np.abs(ref - want).max():.2e}")
+    assert err <= BAR_RETRAINED_ORT
+    assert err_ref <= BAR
 
 
 @pytest.mark.parametrize("name", ["long_silences.flac", "noise_then_speech"])

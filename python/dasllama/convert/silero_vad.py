@@ -7,10 +7,10 @@
 Run once, when the shipped weights change; the package never reads ONNX at run time (the
 ``onnx`` package is needed here only). Without a path it reads the ``silero_vad.onnx`` of the
 installed ``silero-vad`` package. The shipped file, python/dasllama/data/silero_vad_v6.gguf,
-was written from silero-vad 6.0.0 (PyPI, MIT license; wheel sha256
-``7b7f...`` is recorded in data/README.md with the ONNX file's), whose weights are also the ones
-faster-whisper 1.2.1 ships as ``assets/silero_vad_v6.onnx``; tests/test_vad_convert.py converts
-both again and compares.
+was written from silero-vad 6.0.0's ONNX (PyPI, MIT license; the wheel's and the ONNX file's
+sha256 are in data/README.md), whose weights are also the ones faster-whisper 1.2.1 ships as
+``assets/silero_vad_v6.onnx``; tests/test_vad_convert.py converts that copy again and checks
+the tensors are the shipped ones exactly.
 
 Two graph forms are read:
 
@@ -51,6 +51,7 @@ import argparse
 import hashlib
 import importlib.util
 import os
+import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -173,6 +174,8 @@ def read_silero_onnx(path: Union[str, os.PathLike]) -> Dict[str, np.ndarray]:
     """The 16 kHz model's tensors (float32, the names of the module text) from an ONNX file."""
     import onnx
     path = Path(path)
+    if not path.is_file():
+        raise ConvertError(f"{path}: no such file")
     try:
         model = onnx.load(str(path))
     except Exception as e:  # onnx raises DecodeError and others for a file that is not ONNX
@@ -293,7 +296,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("-o", "--output", default="silero_vad_v6.gguf")
     p.add_argument("--source", default=None, help="the origin named in the metadata")
     a = p.parse_args(argv)
-    out = convert_silero_vad(a.onnx, a.output, a.source)
+    try:
+        out = convert_silero_vad(a.onnx, a.output, a.source)
+    except ConvertError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(out)
     return 0
 
