@@ -264,6 +264,10 @@ def test_typed_errors(vad, tmp_path):
         vad.probabilities(bad)
     with pytest.raises(VADError, match="sample 700"):
         vad.stream().process(bad)
+    with pytest.raises(VADError, match="sample 700"):
+        vad.stream().process(bad.astype(np.float64))
+    with pytest.raises(VADError, match="sample 0"):
+        vad.iterator()(np.full(512, np.nan))
     bad[700] = np.inf
     with pytest.raises(VADError, match="sample 700"):
         vad.get_speech_timestamps(bad)
@@ -303,3 +307,21 @@ def test_typed_errors(vad, tmp_path):
     from dasllama.errors import ShapeError
     with pytest.raises(ShapeError, match="multiple of the window"):
         vad.model.stream().process(np.zeros(100, np.float32))
+
+
+def test_threads_share_one_model(vad):
+    """Calls from several threads (the GIL released in C++) give the sequential results."""
+    import threading
+
+    clips = [clip(n) for n in ("us_plain.flac", "gb_fast.flac", "noise_then_speech")]
+    want = [vad.probabilities(c) for c in clips]
+    got = [None] * (2 * len(clips))
+    def work(i):
+        got[i] = vad.probabilities(clips[i % len(clips)])
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(got))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    for i, g in enumerate(got):
+        np.testing.assert_array_equal(g, want[i % len(clips)])

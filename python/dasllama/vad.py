@@ -271,6 +271,14 @@ class SpeechTimestampsMap:
 # The model
 # =============================================================================================
 
+def _mono(samples, what: str) -> np.ndarray:
+    """``samples`` as finite float32 mono (dasllama.audio's rules), errors as VADError."""
+    try:
+        return _audio.as_mono_float32(samples, what)
+    except _audio.AudioError as e:
+        raise VADError(str(e)) from None
+
+
 class VadStream:
     """One audio stream's state: feed samples of any length; each call returns the
     probabilities of the windows it completed (a remainder waits for the next call)."""
@@ -280,11 +288,7 @@ class VadStream:
         self._pending = np.zeros(0, dtype=np.float32)
 
     def process(self, samples) -> np.ndarray:
-        x = _audio.as_mono_float32(samples, "samples") if not isinstance(samples, np.ndarray) \
-            or samples.dtype != np.float32 or samples.ndim != 1 else samples
-        if x.size and not np.isfinite(x).all():
-            bad = int(np.flatnonzero(~np.isfinite(x))[0])
-            raise VADError(f"samples: sample {bad} is {x[bad]} (samples must be finite)")
+        x = _mono(samples, "samples")
         buf = np.concatenate([self._pending, x]) if self._pending.size else x
         n = buf.size - buf.size % WINDOW
         self._pending = np.array(buf[n:], dtype=np.float32)
@@ -322,7 +326,7 @@ class VADIterator:
         self.current_sample = 0
 
     def __call__(self, window, return_seconds: bool = False, time_resolution: int = 1):
-        x = _audio.as_mono_float32(window, "window")
+        x = _mono(window, "window")
         if x.size != WINDOW:
             raise VADError(f"window: {x.size} samples, expected {WINDOW}")
         self.current_sample += WINDOW
@@ -369,10 +373,7 @@ class VAD:
             if sample_rate != SAMPLE_RATE:
                 raise VADError(f"sample_rate {sample_rate}: the model reads {SAMPLE_RATE} Hz "
                                "samples (resample with dasllama.audio.resample, or pass a file)")
-            try:
-                return _audio.as_mono_float32(audio, "audio")
-            except _audio.AudioError as e:
-                raise VADError(str(e)) from None
+            return _mono(audio, "audio")
         try:
             return _audio.load(audio, SAMPLE_RATE)   # a path, bytes or a file object
         except _audio.AudioError as e:
@@ -432,7 +433,7 @@ class VAD:
         number of windows plus one when the length is already a multiple of 512) and its cut
         rule at the maximum speech length (the last silence over 98 ms)."""
         o = vad_options(options)
-        x = _audio.as_mono_float32(samples, "audio")
+        x = _mono(samples, "audio")
         padded = np.pad(x, (0, WINDOW - x.size % WINDOW))
         probs = self.model.probabilities(padded)
         return speech_timestamps_from_probs(
