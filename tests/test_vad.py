@@ -256,8 +256,8 @@ def test_typed_errors(vad, tmp_path):
     good = np.zeros(1600, np.float32)
     with pytest.raises(VADError, match="sample_rate 8000"):
         vad.probabilities(good, sample_rate=8000)
-    with pytest.raises(VADError, match="sample_rate 48000"):
-        vad.get_speech_timestamps(good, sample_rate=48000)
+    with pytest.raises(VADError, match="sample_rate 44100"):
+        vad.get_speech_timestamps(good, sample_rate=44100)
     bad = good.copy()
     bad[700] = np.nan
     with pytest.raises(VADError, match="sample 700"):
@@ -291,6 +291,11 @@ def test_typed_errors(vad, tmp_path):
         vad.iterator()(np.zeros(100, np.float32))
     with pytest.raises(VADError, match="n_threads"):
         VAD(n_threads=0)
+    with VAD() as closing:
+        s = closing.stream()
+    with pytest.raises(VADError, match="closed"):
+        closing.probabilities(good)
+    assert s.process(good[:1024]).shape == (2,)   # a stream keeps its model alive
     # Model files: missing, not GGUF, a GGUF of another model.
     with pytest.raises(DasllamaError):
         VAD(tmp_path / "missing.gguf")

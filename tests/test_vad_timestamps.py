@@ -95,6 +95,21 @@ def test_clips_equal_silero(silero, silero_model, package_vad, name, options):
         assert want, f"silero-vad finds no speech in {name}"
 
 
+@pytest.mark.parametrize("options", [{}, {"return_seconds": True}])
+def test_multiple_rate_equals_silero(silero, silero_model, package_vad, options):
+    """An array at 48 kHz: decimated to 16 kHz, positions given at 48 kHz (silero's rule)."""
+    import torch
+    import warnings
+
+    audio = np.repeat(clip("long_silences.flac"), 3) + np.float32(1e-4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = silero.get_speech_timestamps(torch.from_numpy(audio), silero_model,
+                                            sampling_rate=48000, **options)
+    assert package_vad.get_speech_timestamps(audio, sample_rate=48000, **options) == want
+    assert want and max(s["end"] for s in want) > (audio.size / 3 if not options else 0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Synthetic probability patterns through a stand-in model
 # ---------------------------------------------------------------------------------------------

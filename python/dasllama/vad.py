@@ -11,7 +11,8 @@ The model (csrc/asr/vad; the weights ship in dasllama/data/silero_vad_v6.gguf, M
 once from silero-vad 6.0.0 by :mod:`dasllama.convert.silero_vad`) reads 16 kHz audio in windows
 of 512 samples, each with the previous window's last 64 samples, and carries an LSTM state
 from window to window. Audio given as a path, bytes or a file object is decoded and resampled
-to 16 kHz by :mod:`dasllama.audio`; an array must already be at 16 kHz.
+to 16 kHz by :mod:`dasllama.audio`; an array must be at 16 kHz or a multiple of it (then
+decimated, as silero-vad does).
 
 Speech timestamps follow silero-vad's ``get_speech_timestamps`` (same names, defaults and
 sample positions): a window at or above ``threshold`` starts speech; speech ends at the first
@@ -364,25 +365,39 @@ class VAD:
         self.path = Path(path) if path is not None else SHIPPED_MODEL
         if not isinstance(n_threads, int) or isinstance(n_threads, bool) or n_threads < 1:
             raise VADError(f"n_threads {n_threads!r} is not a positive integer")
-        self.model = _core.SileroVad(str(self.path), n_threads)
+        self._model = _core.SileroVad(str(self.path), n_threads)
 
-    def _samples(self, audio, sample_rate: int) -> np.ndarray:
+    @property
+    def model(self):
+        """The C++ model (_core.SileroVad)."""
+        if self._model is None:
+            raise VADError("this VAD is closed")
+        return self._model
+
+    def _samples(self, audio, sample_rate: int):
+        """(16 kHz samples, step): a file is decoded and resampled (step 1); an array at a
+        multiple of 16 kHz is decimated by keeping every step-th sample, as silero-vad does
+        (its timestamps are then multiplied back by step); other rates raise VADError."""
         if isinstance(audio, (np.ndarray, list, tuple)):
             if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)):
                 raise VADError(f"sample_rate {sample_rate!r} is not an integer")
-            if sample_rate != SAMPLE_RATE:
+            if sample_rate <= 0 or sample_rate % SAMPLE_RATE:
                 raise VADError(f"sample_rate {sample_rate}: the model reads {SAMPLE_RATE} Hz "
-                               "samples (resample with dasllama.audio.resample, or pass a file)")
-            return _mono(audio, "audio")
+                               "samples or a multiple of that rate (resample with "
+                               "dasllama.audio.resample, or pass a file)")
+            step = int(sample_rate) // SAMPLE_RATE
+            x = _mono(audio, "audio")
+            return (np.ascontiguousarray(x[::step]) if step > 1 else x), step
         try:
-            return _audio.load(audio, SAMPLE_RATE)   # a path, bytes or a file object
+            return _audio.load(audio, SAMPLE_RATE), 1   # a path, bytes or a file object
         except _audio.AudioError as e:
             raise VADError(str(e)) from None
 
     def probabilities(self, audio, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
         """One float32 speech probability per window of 512 samples (the last partial window
-        padded with zeros), from a fresh state. Empty audio raises VADError."""
-        x = self._samples(audio, sample_rate)
+        padded with zeros), from a fresh state. Empty audio raises VADError. An array at a
+        multiple of 16 kHz is decimated first (silero-vad's rule)."""
+        x, _ = self._samples(audio, sample_rate)
         if x.size == 0:
             raise VADError("audio: no samples")
         return self.model.probabilities(x)
@@ -408,8 +423,9 @@ class VAD:
                               ) -> List[Dict[str, Union[int, float]]]:
         """Speech chunks [{"start", "end"}] in samples (seconds with ``return_seconds``,
         rounded to ``time_resolution`` digits), silero-vad's names, defaults and rules. Empty
-        audio gives no chunks."""
-        x = self._samples(audio, sample_rate)
+        audio gives no chunks. An array at a multiple of 16 kHz is decimated to 16 kHz and the
+        sample positions given at its own rate (silero-vad's rule)."""
+        x, step = self._samples(audio, sample_rate)
         _check_rules(threshold, neg_threshold, min_speech_duration_ms, max_speech_duration_s,
                      min_silence_duration_ms, speech_pad_ms, min_silence_at_max_speech)
         probs = self.model.probabilities(x) if x.size else np.zeros(0, np.float32)
@@ -425,6 +441,10 @@ class VAD:
             for s in speeches:
                 s["start"] = max(round(s["start"] / SAMPLE_RATE, time_resolution), 0)
                 s["end"] = min(round(s["end"] / SAMPLE_RATE, time_resolution), length)
+        elif step > 1:
+            for s in speeches:
+                s["start"] *= step
+                s["end"] *= step
         return speeches
 
     def speech_chunks(self, samples: np.ndarray, options=None) -> List[Dict[str, int]]:
@@ -445,7 +465,8 @@ class VAD:
             use_max_poss_sil_at_max_speech=False)
 
     def close(self) -> None:
-        self.model = None
+        """Let the weights go; later calls raise VADError. Streams already made keep them."""
+        self._model = None
 
     def __enter__(self) -> "VAD":
         return self
