@@ -75,3 +75,28 @@ def test_an_unknown_model_is_an_error_not_a_traceback(capsys):
     assert cli.main(["serve", "-m", "no-such-model-anywhere"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("dasllama: error:") and "no-such-model-anywhere" in err
+
+
+def test_python_m_dasllama_is_the_command_line(tmp_path):
+    """`python -m dasllama` runs dasllama.cli.main: the same help, the same output for a
+    command, the same exit status for an error."""
+    import subprocess
+    import sys
+
+    def run(*argv):
+        return subprocess.run([sys.executable, "-m", "dasllama", *argv], capture_output=True,
+                              text=True, timeout=120)
+
+    helped = run("serve", "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert helped.stdout.startswith("usage: ") and "--asr" in helped.stdout
+    assert "--parallel" in helped.stdout
+    path = random_model(tmp_path, "tiny")
+    info = run("info", str(path))
+    direct = subprocess.run([sys.executable, "-m", "dasllama.cli", "info", str(path)],
+                            capture_output=True, text=True, timeout=120)
+    assert info.returncode == direct.returncode == 0, info.stderr
+    assert info.stdout == direct.stdout and "architecture" in info.stdout
+    failed = run("serve", "-m", "no-such-model-anywhere")
+    assert failed.returncode == 1 and "no-such-model-anywhere" in failed.stderr
+    assert run("no-such-command").returncode == 2

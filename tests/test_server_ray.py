@@ -9,6 +9,7 @@ other. Every wait is bounded; the cluster is shut down at the end.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -135,13 +136,15 @@ def test_full_queue_is_503(cluster):
     sent together the rest are 503s, the served ones complete, and the server recovers."""
     url, _ = cluster
     _replicas_seen(url)    # both up, so neither is still loading when the burst comes
-    statuses, lock = [], threading.Lock()
+    statuses, refusals, lock = [], [], threading.Lock()
 
     def one():
         r = _complete(url, max_tokens=LONG_TOKENS)
         with lock:
             statuses.append((r.status_code, r.json()["usage"]["completion_tokens"]
                              if r.status_code == 200 else r.headers.get("retry-after")))
+            if r.status_code == 503:
+                refusals.append((r.headers.get("content-type", ""), r.text))
 
     workers = [threading.Thread(target=one) for _ in range(8)]
     for w in workers:
@@ -155,6 +158,12 @@ def test_full_queue_is_503(cluster):
     assert 503 in codes and 200 in codes
     assert all(n == LONG_TOKENS for s, n in statuses if s == 200)
     assert all(retry == "1" for s, retry in statuses if s == 503)
+    # The app refuses, not Ray's proxy: the body is the OpenAI error shape, not plain text.
+    for content_type, text in refusals:
+        assert content_type.startswith("application/json"), (content_type, text)
+        error = json.loads(text)["error"]
+        assert set(error) == {"message", "type", "param", "code"}, error
+        assert (error["code"], error["type"]) == ("queue_full", "unavailable_error"), error
     assert _complete(url).status_code == 200
 
 
@@ -197,14 +206,15 @@ def test_serve_run_builder_reads_build_args_and_environment(small_model, monkeyp
     monkeypatch.setenv(ray_serve.ARGS_ENV, "--threads 2 --ctx 128")
     d = ray_serve.app({"model": small_model, "parallel": "3", "replicas": "2",
                        "max_queue": "5"})._bound_deployment
-    assert (d.num_replicas, d.max_ongoing_requests, d.max_queued_requests) == (2, 3, 5)
+    # Twice what a replica admits (3 slots and 5 waiting); Ray itself never refuses (-1).
+    assert (d.num_replicas, d.max_ongoing_requests, d.max_queued_requests) == (2, 16, -1)
     assert d.ray_actor_options["num_cpus"] == 2
     config = d.init_args[0]
     assert [(m.source, m.kind) for m in config.models] == [(small_model, "llm")]
     assert (config.threads, config.n_ctx, config.parallel) == (2, 128, 3)
     monkeypatch.delenv(ray_serve.ARGS_ENV)
     d = ray_serve.app({"args": f"-m {small_model} --max-queue 0"})._bound_deployment
-    assert d.max_queued_requests == 1    # Ray's smallest queue
+    assert (d.max_ongoing_requests, d.max_queued_requests) == (8, -1)   # 4 slots, no queue
     assert d.init_args[0].threads == 1 and d.ray_actor_options["num_cpus"] == 1
     with pytest.raises(ValueError, match="invalid dasllama serve options"):
         ray_serve.app({"model": small_model, "parallel": "0"})
@@ -218,7 +228,9 @@ def test_autoscaling_options(small_model):
     config = ServerConfig(models=[ModelSpec("a", small_model), ModelSpec("b", small_model),
                                   ModelSpec("speech", small_model, kind="tts")], parallel=2)
     out = deployment_options(config, RayOptions(autoscale=(0, 4)))
-    assert out["max_ongoing_requests"] == 2 + 2 + 1
+    # Slots 2 + 2 + 1 (the speech model's one) and 64 waiting per model, twice over.
+    assert out["max_ongoing_requests"] == 2 * (2 + 2 + 1 + 3 * 64)
+    assert out["max_queued_requests"] == -1
     assert out["autoscaling_config"] == {"min_replicas": 0, "max_replicas": 4,
                                          "initial_replicas": 1, "target_ongoing_requests": 5}
     assert "num_replicas" not in out

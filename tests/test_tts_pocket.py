@@ -419,6 +419,46 @@ def test_speak_with_voice(tts, ref, voice, tmp_path):
         tts.load_voice("junk", tmp_path / "junk.voice")
 
 
+def test_voice_files_are_checked_against_the_model(tts, voice, tmp_path):
+    """A voice file names the model that encoded it (a fingerprint of the backbone's float32
+    vectors, the same in every lane) and its geometry; a file that does not fit is refused,
+    naming the field, and the voice registered under that name stays as it was."""
+    from dasllama.tts import TTSInputError
+    wav, rows, _ = voice
+    tts.add_voice_rows("keep", rows)
+    want = tts.speak(TEXT, voice="keep", seed=2)[0]
+    good = tts.save_voice("keep", tmp_path / "keep.voice")
+    with np.load(good) as z:
+        fields = {k: z[k] for k in z.files}
+    assert str(fields["model"]) == tts.model_fingerprint() and int(fields["version"]) == 2
+
+    def variant(name, **changes):
+        path = tmp_path / f"{name}.voice"
+        with open(path, "wb") as f:
+            np.savez(f, **{**fields, **{k: np.asarray(v) for k, v in changes.items()}})
+        return path
+
+    bad_rows = np.array(rows, np.float32)
+    bad_rows[1, 3] = np.nan
+    cases = {
+        "another model": variant("model", model="0" * 64),
+        "sample_rate 16000": variant("rate", sample_rate=16000),
+        "frame_size 1000": variant("frame", frame_size=1000),
+        "latent_dim 16": variant("latent", latent_dim=16),
+        "d_model 512": variant("width", d_model=512),
+        "not finite": variant("nan", rows=bad_rows),
+        "version 1": variant("old", version=1),
+        "voice rows of shape": variant("shape", rows=np.asarray(rows)[:, :-1]),
+    }
+    for message, path in cases.items():
+        with pytest.raises(TTSInputError, match=message) as e:
+            tts.load_voice("keep", path)
+        assert str(path) in str(e.value)
+    assert np.array_equal(tts.speak(TEXT, voice="keep", seed=2)[0], want)
+    tts.load_voice("again", good)
+    assert np.array_equal(tts.speak(TEXT, voice="again", seed=2)[0], want)
+
+
 # =============================================================================================
 # The q8_0 lane
 # =============================================================================================

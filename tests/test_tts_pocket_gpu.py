@@ -419,6 +419,43 @@ def test_codec_stream_changes_sides(cpu, gpu, ids):
     assert after["declined"]["knob"] - before["declined"]["knob"] == 2
 
 
+SEATS = ("prompt", "frames", "codec")
+
+
+@pytest.mark.parametrize("nth, seat", [(1, "prompt"), (2, "frames"), (3, "codec")])
+def test_injected_device_fault_falls_back_mid_request(cpu, gpu, ids, nth, seat):
+    """A device failure mid-request, through the fault seam (the nth encoder submit after
+    begin_chunk fails: the prompt's, the first frame batch's, the first codec call's): that
+    seat declines with gpu_error, the CPU serves the call, and the next step is back on the
+    device. Latents and audio of both steps equal the CPU chain's within the GPU bars (nothing
+    lost or repeated: the same frame count, the noise stream alike). Control: the latents one
+    frame late."""
+    from dasllama import _core
+    before = _seats(gpu)
+    for m in (cpu, gpu):
+        m.seed_noise(3)
+    _core.gpu_inject_submit_fault(nth)
+    try:
+        gpu.begin_chunk(ids[TEXT], "", 0.3, -1e9, 0)
+        got = [gpu.step(2) for _ in range(2)]
+    finally:
+        _core.gpu_inject_submit_fault(0)
+    after = _seats(gpu)
+    cpu.begin_chunk(ids[TEXT], "", 0.3, -1e9, 0)
+    want = [cpu.step(2) for _ in range(2)]
+    faults = {s: after[s]["declined"]["gpu_error"] - before[s]["declined"]["gpu_error"]
+              for s in SEATS}
+    assert faults == {s: int(s == seat) for s in SEATS}
+    assert [n for _, n in got] == [n for _, n in want] == [2, 2]
+    g, c = gpu.record()["latents"], cpu.record()["latents"]
+    check(f"latents with a {seat} fault", rel_l2(g, c), BAR_LATENTS, rel_l2(g[1:], c[:-1]))
+    check(f"audio with a {seat} fault", rel_l2(np.concatenate([a for a, _ in got]),
+                                               np.concatenate([a for a, _ in want])), BAR_AUDIO)
+    if seat != "prompt":   # a chunk has one prompt call; the other seats serve again
+        assert after[seat]["served"] > before[seat]["served"]
+    assert after["frames"]["served"] - before["frames"]["served"] == (2 if seat != "frames" else 1)
+
+
 # The codec's transposed-convolution stamp on its own.
 
 # Bar: each output is at most three float32 additions (and a product for the depthwise

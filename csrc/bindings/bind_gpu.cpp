@@ -193,6 +193,10 @@ void bind_gpu(py::module_& m) {
         for (const auto& d : gpu::list_devices()) out.append(device_dict(d));
         return out;
     }, "Every GPU device this build can use, as dicts (empty when there is none).");
+    m.def("gpu_inject_submit_fault", &gpu::inject_submit_fault, py::arg("nth"),
+          "Tests: the nth encoder submit from now (1: the next) on any GPU device fails with "
+          "DeviceError('injected fault'); 0 disarms. DASLLAMA_GPU_FAIL_SUBMIT=N arms it at "
+          "start.");
     m.def("gpu_unavailable_reason", &gpu::unavailable_reason,
           "Why there are no GPU devices (empty when there are).");
     m.def("vulkan_stamps_built", &gpu::vulkan_stamps_built,

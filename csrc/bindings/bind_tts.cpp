@@ -161,6 +161,30 @@ void bind_tts(py::module_& m) {
                 py::gil_scoped_release nogil;
                 s.add_voice(name, rows.data(), n);
             }, py::arg("name"), py::arg("rows"))
+        .def("add_voice_state", [](PocketModel& s, const std::string& name,
+                                   const FloatArray& keys, const FloatArray& values) {
+                const auto& lm = s.config().lm;
+                const std::vector<int64_t> want{lm.num_layers, -1, lm.num_kv_heads, lm.head_dim};
+                for (const FloatArray* a : {&keys, &values}) {
+                    bool ok = a->ndim() == 4;
+                    for (int d = 0; ok && d < 4; ++d)
+                        ok = want[size_t(d)] < 0 || a->shape(d) == want[size_t(d)];
+                    if (!ok || a->shape(1) != keys.shape(1) || a->shape(1) == 0) {
+                        std::string got;
+                        for (int d = 0; d < a->ndim(); ++d)
+                            got += (d ? ", " : "") + std::to_string(a->shape(d));
+                        throw ShapeError("voice state " + std::string(a == &keys ? "keys" : "values") +
+                                         ": expected [" + std::to_string(lm.num_layers) + ", n >= 1, " +
+                                         std::to_string(lm.num_kv_heads) + ", " +
+                                         std::to_string(lm.head_dim) + "] matching the other, got [" +
+                                         got + "]");
+                    }
+                }
+                py::gil_scoped_release nogil;
+                s.add_voice_state(name, keys.data(), values.data(), keys.shape(1));
+            }, py::arg("name"), py::arg("keys"), py::arg("values"),
+            "Registers a voice from its backbone state: keys (rotated) and values of every "
+            "layer, float32 [num_layers, n, kv_heads, head_dim] each.")
         .def("remove_voice", &PocketModel::remove_voice, py::arg("name"))
         .def_property_readonly("voices", &PocketModel::voices)
         .def("voice_rows", &PocketModel::voice_rows, py::arg("name"))

@@ -1,6 +1,10 @@
 // The backend-neutral entry points: each home that this build carries is asked in turn.
 #include "gpu/device.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+
 #include "core/errors.h"
 
 #if DASLLAMA_VULKAN
@@ -97,6 +101,30 @@ std::shared_ptr<Device> open_device(std::string_view spec) {
     throw DeviceError("unknown device '" + std::string(spec) +
                       "': use vulkan, vulkan:N (an index), vulkan:NAME (part of a name), "
                       "or metal, metal:N, metal:NAME");
+}
+
+namespace {
+// Submits left before the injected fault; 0: none armed.
+std::atomic<uint64_t> submits_to_fault{0};
+std::once_flag fault_env_read;
+}  // namespace
+
+void inject_submit_fault(uint64_t nth) {
+    std::call_once(fault_env_read, [] {});  // an explicit arming wins over the environment
+    submits_to_fault.store(nth);
+}
+
+void check_submit_fault(const std::string& device_name) {
+    std::call_once(fault_env_read, [] {
+        if (const char* v = std::getenv("DASLLAMA_GPU_FAIL_SUBMIT"))
+            submits_to_fault.store(std::strtoull(v, nullptr, 10));
+    });
+    uint64_t left = submits_to_fault.load();
+    while (left > 0 && !submits_to_fault.compare_exchange_weak(left, left - 1)) {
+    }
+    if (left == 1)
+        throw DeviceError("submit on " + device_name + ": injected fault "
+                          "(DASLLAMA_GPU_FAIL_SUBMIT / inject_submit_fault)");
 }
 
 }  // namespace dasllama::gpu

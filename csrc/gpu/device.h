@@ -130,4 +130,11 @@ ValidationReport validation_report();
 // DeviceError naming the spec and the devices there are.
 std::shared_ptr<Device> open_device(std::string_view spec);
 
+// Fault injection, so tests can fail a device mid-request and watch the seats fall back: the
+// nth encoder submit from now on any device (1: the next one) throws DeviceError("injected
+// fault"); 0 disarms it. DASLLAMA_GPU_FAIL_SUBMIT=N arms it for the nth submit of the process.
+void inject_submit_fault(uint64_t nth);
+// Each home calls this at every encoder submit, before the work is queued.
+void check_submit_fault(const std::string& device_name);
+
 }  // namespace dasllama::gpu

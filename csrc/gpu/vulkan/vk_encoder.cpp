@@ -211,6 +211,7 @@ void VulkanDevice::submit(Encoder& enc) {
         if (!live_buffers_.count(id))
             throw DeviceError("submit: the encoder uses a buffer that has been destroyed since "
                               "it was recorded; record it again");
+    check_submit_fault(pd_.info.name);
     submit_and_wait(e->command_buffer());
     if (e->profiled()) last_profile_ = e->read_times();
 }

@@ -115,6 +115,24 @@ void PocketModel::add_voice(const std::string& name, const float* rows, int64_t 
     voices_[name] = std::move(v);
 }
 
+void PocketModel::add_voice_state(const std::string& name, const float* keys,
+                                  const float* values, int64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open();
+    if (name.empty()) throw std::invalid_argument("pocket: a voice needs a name");
+    if (n <= 0) throw std::invalid_argument("pocket: voice '" + name + "' has no rows");
+    Voice v;
+    backbone_->ensure_capacity(v.state, n + cfg_.chunk_tokens + cfg_.frames_cap(cfg_.chunk_tokens));
+    const int64_t layer_floats = n * cfg_.lm.num_kv_heads * cfg_.lm.head_dim;
+    for (int il = 0; il < int(cfg_.lm.num_layers); ++il)
+        v.state->kv_cache_append_rows(il, 0, n, keys + il * layer_floats,
+                                      values + il * layer_floats);
+    ++generation_;  // a resident copy of an older voice's rows on the GPU is stale now
+    v.n_rows = n;
+    if (voice_ == name) done_ = true;
+    voices_[name] = std::move(v);
+}
+
 void PocketModel::remove_voice(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
     if (voices_.erase(name) == 0)

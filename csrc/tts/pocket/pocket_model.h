@@ -16,6 +16,8 @@
 // Voices: add_voice(name, rows) runs a voice's prompt rows ([n, D]: bos_voice and the
 // speaker-projected Mimi latents) into a state of its own. A chunk spoken with it appends
 // after those rows; the next chunk truncates the state back to them (nothing is copied).
+// add_voice_state(name, keys, values, n) registers a voice from a state computed elsewhere (a
+// voice file of the pocket-tts package holds one): every layer's K/V rows, keys rotated.
 //
 // On a GPU device (csrc/tts/pocket/gpu_seats.h) the prompt, frames and codec stages are seats:
 // each call is served on the device or declined with a reason, and the CPU chain serves it.
@@ -100,6 +102,9 @@ public:
     // (csrc/tts/pocket/voice_encoder.h).
     std::vector<float> encode_voice(const float* audio, int64_t n, int64_t* n_rows);
     void add_voice(const std::string& name, const float* rows, int64_t n);
+    // keys and values: [num_layers][n][num_kv_heads * head_dim] float32 each.
+    void add_voice_state(const std::string& name, const float* keys, const float* values,
+                         int64_t n);
     void remove_voice(const std::string& name);
     std::vector<std::string> voices() const;
     int64_t voice_rows(const std::string& name) const;

@@ -22,6 +22,9 @@
   tokens the servers reported as reused (usage.prompt_tokens_details.cached_tokens).
 * Memory: each server's peak RSS (VmHWM of its process) and RSS once ready; dasllama's KV
   pool bytes as its /health or /metrics report them, llama-server's KV buffers from its log.
+* The single-request cell (``--single on|only``, serve_single): one request through
+  ``dasllama serve`` against ``LLM.generate`` in the harness's process on the same prompt
+  ids and tokens, alternating, after the other cells of the model.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from .llm import BenchError, model_info, schedule
 from .record import NOISE_CV
 from .serve_load import (CLK_TCK, SYSTEM_PROMPT, ServeError, ServerProcess, free_port,
                          percentile, prefix_bodies, request_bodies, run_level, stream_chat)
+from .serve_single import single_cell
 from .stats import summarize
 
 __all__ = ["ServeError", "PeerError", "Engine", "dasllama_engine", "llama_server_engine",
@@ -535,12 +539,14 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
               noise_cv: Optional[float] = NOISE_CV, start_timeout: float = 600.0,
               request_timeout: float = 600.0, log_dir: Optional[str] = None,
               config: Optional[dict] = None, on_event: Callable = lambda *a, **k: None,
-              on_rows: Callable = lambda result: None) -> dict:
+              on_rows: Callable = lambda result: None, single: str = "off") -> dict:
     """Start every engine's server for each model file, validate, warm up, then time each
     concurrency level and the prefix cell with repetitions alternating engines. Rows are added
     a cell at a time (every engine's rows together) and ``on_rows(result)`` hears each
-    addition. A KeyboardInterrupt stops the run between repetitions: the finished rows are
-    kept and the result says ``stopped``. Servers are always stopped before returning."""
+    addition. single: "on" adds the single-request cell (serve_single) after each model's
+    cells, "only" runs it alone, "off" leaves it out; it needs the dasllama engine. A
+    KeyboardInterrupt stops the run between repetitions: the finished rows are kept and the
+    result says ``stopped``. Servers are always stopped before returning."""
     concurrency = sorted({int(c) for c in concurrency})
     if not concurrency or concurrency[0] < 1:
         raise BenchError(f"--concurrency {concurrency}: expected levels of 1 or more")
@@ -555,9 +561,16 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
                          f"{concurrency[-1]}: requests would queue")
     if prefix_concurrency is None:
         prefix_concurrency = concurrency[-1]
+    if single not in ("on", "off", "only"):
+        raise BenchError(f"--single {single!r}: expected on, off or only")
+    if single == "only" and "dasllama" not in [e.name for e in engines]:
+        raise BenchError("--single only needs the dasllama engine")
     cells = [{"prefix": False, "concurrency": c} for c in concurrency]
     if prefix_concurrency:
         cells.append({"prefix": True, "concurrency": prefix_concurrency})
+    if single == "only":
+        cells, concurrency, prefix_concurrency = [], [], 0
+    single_on = single != "off" and "dasllama" in [e.name for e in engines]
     for c in cells:
         c.update(requests=requests, max_tokens=max_tokens, slots=slots, ctx=ctx)
     result = {"config": {"reps": reps, "threads": threads, "warmup": 1, "alternate": True,
@@ -565,6 +578,7 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
                          "quiet_cores": QUIET_CORES, "concurrency": concurrency,
                          "requests": requests, "max_tokens": max_tokens, "slots": slots,
                          "ctx_per_slot": ctx, "prefix_concurrency": prefix_concurrency,
+                         "single": single if single_on else "off",
                          "temperature": 0, "ignore_eos": True, "stream": True,
                          "client": "http.client, one thread a concurrent client",
                          "device": "cpu", "noise_cv": noise_cv, "noise_reruns": 1,
@@ -574,8 +588,9 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
               "engines": {e.name: {"version": e.version, **e.details} for e in engines},
               "rows": [], "memory": [], "validation": []}
     per_cell = len(ROW_TESTS)
-    total = len(models) * len(engines) * (len(concurrency) * per_cell +
-                                          (len(PREFIX_TESTS) if prefix_concurrency else 0))
+    total = len(models) * (len(engines) * (len(concurrency) * per_cell +
+                                           (len(PREFIX_TESTS) if prefix_concurrency else 0))
+                           + (2 if single_on else 0))
     on_event("start", total_rows=total)
     current: dict = {}
     names = [e.name for e in engines]
@@ -610,6 +625,20 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
                         result["rows"] += rows_for(e, model, cell, figures[e.name],
                                                    firsts.get(e.name), threads,
                                                    noise_cv or NOISE_CV)
+                    on_event("rows", done=len(result["rows"]), total=total)
+                    on_rows(result)
+                if single_on:
+                    current["cell"] = "single"
+
+                    def before_rep() -> float:   # the pause and quiet wait of every cell
+                        time.sleep(pause)
+                        return wait_quiet(list(servers.values()), quiet_wait) \
+                            if quiet_wait else 0.0
+                    result["rows"] += single_cell(
+                        servers["dasllama"], ids["dasllama"], path, model, result, reps=reps,
+                        threads=threads, max_tokens=max_tokens, slots=slots, ctx=ctx,
+                        timeout=request_timeout, noise_cv=noise_cv or NOISE_CV,
+                        before_rep=before_rep, on_event=on_event, host=HOST)
                     on_event("rows", done=len(result["rows"]), total=total)
                     on_rows(result)
                 for e in engines:
@@ -671,6 +700,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefix-concurrency", type=int, default=None,
                    help="clients of the shared-system-prompt cell (default: the highest "
                         "concurrency; 0 leaves the cell out)")
+    p.add_argument("--single", choices=("on", "off", "only"), default="off",
+                   help="the single-request cell: one request through dasllama serve against "
+                        "LLM.generate on the same prompt and tokens (on: after each model's "
+                        "cells; only: that cell alone; default off)")
     p.add_argument("--reps", "-r", type=int, default=5, help="timed repetitions (default 5)")
     p.add_argument("--seed", type=int, default=0, help="picks the prompts")
     p.add_argument("--pause", type=float, default=DEFAULT_PAUSE_S,
@@ -766,7 +799,8 @@ def run_serve(args) -> int:
                          start_timeout=args.start_timeout,
                          request_timeout=args.request_timeout, log_dir=args.logs,
                          config={"smoke": True} if args.smoke else None,
-                         on_event=on_event, on_rows=on_rows)
+                         on_event=on_event, on_rows=on_rows,
+                         single=getattr(args, "single", "off"))
     saved = sys.argv
     sys.argv = portable_command(sys.argv)
     try:

@@ -16,7 +16,7 @@ import json
 import os
 import struct
 from pathlib import Path
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 import numpy as np
 
@@ -188,8 +188,10 @@ class GGUFWriter:
         from .. import formats  # the C++ encoders; only needed for the F16 and Q8_0 lanes
         return np.asarray(formats.quantize(type_name, values)).tobytes()
 
-    def write(self, path: Union[str, os.PathLike]) -> Path:
-        """Write the file (to a temporary name first, renamed into place when complete)."""
+    def write(self, path: Union[str, os.PathLike],
+              progress: Optional[Callable[[int, int], None]] = None) -> Path:
+        """Write the file (to a temporary name first, renamed into place when complete).
+        progress: called with (tensors written, tensors in all) after each tensor."""
         path = Path(path)
         align = self.ALIGNMENT
         head = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(self._tensors), len(self._kv)))
@@ -206,9 +208,11 @@ class GGUFWriter:
         try:
             with open(tmp, "wb") as f:
                 f.write(head)
-                for name, shape, type_name, values in self._tensors:
+                for i, (name, shape, type_name, values) in enumerate(self._tensors):
                     blob = self._encode(name, shape, type_name, values())
                     f.write(blob + bytes(-len(blob) % align))
+                    if progress is not None:
+                        progress(i + 1, len(self._tensors))
             os.replace(tmp, path)
         finally:
             if tmp.exists():

@@ -6,6 +6,7 @@
     dasllama convert pocket model.safetensors --tokenizer tokenizer.model -o pocket-q8.gguf \\
         --lane q8_0 --config english_7m.yaml
     dasllama convert whisper faster-whisper-tiny.en/ -o whisper-tiny.en.gguf
+    dasllama convert kokoro kokoro-v1.0.int8.onnx --voices voices_ja.npz -o kokoro.gguf
 
 ``add_convert_parser(sub)`` adds the command to dasllama's own argument parser (the
 subparsers object of ``dasllama.cli.main``); each command sets ``run``, which returns the
@@ -44,6 +45,17 @@ def _cmd_whisper(args) -> int:
     return 0
 
 
+def _cmd_kokoro(args) -> int:
+    from .kokoro import convert_kokoro
+
+    start = time.perf_counter()
+    out = convert_kokoro(args.model, args.voices, args.output, vocab=args.vocab)
+    size = out.stat().st_size
+    print(f"wrote {out} ({size / 2**20:.1f} MiB; integer weights kept as int8 with their scales "
+          f"and zero points) in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return 0
+
+
 def add_convert_parser(sub) -> argparse.ArgumentParser:
     """Add ``convert`` (with its ``pocket`` subcommand) to ``sub``; returns its parser."""
     p = sub.add_parser("convert", help="convert an upstream checkpoint to GGUF")
@@ -75,4 +87,17 @@ def add_convert_parser(sub) -> argparse.ArgumentParser:
                    help="the matrices' type (default auto: the source's precision); norms, "
                         "biases, positions, convolutions and mel filters are always f32")
     q.set_defaults(run=_cmd_whisper)
+    q = models.add_parser(
+        "kokoro", help="Kokoro / Kitten TTS: an ONNX graph (float or int8) and voice packs",
+        description="Convert a Kokoro or Kitten TTS ONNX graph (as kokoro-onnx exports it), its "
+                    "voice packs and phoneme vocabulary to one GGUF. Dimensions come from the "
+                    "graph; a node or initializer the converter does not know fails by name.")
+    q.add_argument("model", metavar="MODEL.onnx", help="the ONNX graph")
+    q.add_argument("--voices", required=True, metavar="VOICES",
+                   help="voice packs: .npz (kokoro-onnx's .bin is one), or .pt")
+    q.add_argument("--vocab", default=None, metavar="VOCAB.json",
+                   help="the phoneme vocabulary ({\"vocab\": {symbol: id}}, kokoro's config.json); "
+                        "default: vocab.json or config.json beside the model or the voices")
+    q.add_argument("-o", "--output", required=True, metavar="OUT.gguf", help="the GGUF to write")
+    q.set_defaults(run=_cmd_kokoro)
     return p

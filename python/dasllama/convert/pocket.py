@@ -123,7 +123,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 import numpy as np
 
@@ -591,12 +591,14 @@ def convert_pocket(checkpoint: Union[str, os.PathLike, Mapping[str, Any]],
                    tokenizer: Union[str, os.PathLike, bytes],
                    out: Union[str, os.PathLike], *, lane: str = "f32",
                    config: Union[None, str, os.PathLike, Mapping] = None,
-                   name: str = "Pocket TTS") -> Path:
+                   name: str = "Pocket TTS",
+                   progress: Optional[Callable[[int, int], None]] = None) -> Path:
     """Convert a Pocket TTS checkpoint to GGUF; returns the output path.
 
     checkpoint: a ``.safetensors`` path or a state dict (name -> array-like; torch tensors are
     accepted). tokenizer: a tokenizers ``.json`` or a SentencePiece ``.model`` (path or bytes).
-    lane: f32 | f16 | q8_0 (see the module docstring). config: see :func:`load_config`."""
+    lane: f32 | f16 | q8_0 (see the module docstring). config: see :func:`load_config`.
+    progress: called with (tensors written, tensors in all) as the file is written."""
     if lane not in LANES:
         raise ConvertError(f"lane {lane!r}: expected one of {', '.join(LANES)}")
     hp = hyperparameters(load_config(config))
@@ -628,5 +630,5 @@ def convert_pocket(checkpoint: Union[str, os.PathLike, Mapping[str, Any]],
             return v
 
         w.add_tensor(e.name, e.shape, t, values)
-    return w.write(out)
+    return w.write(out, progress)
 

@@ -2,10 +2,10 @@
 
 Slow and obvious on purpose: the fast paths (C++ CPU, GPU backends) are tested against these
 modules, never the other way round. The reference never calls a compute path of
-``dasllama._core``: its arithmetic is all NumPy. To get a model's weights, :mod:`.llm` reads them through the
-GGUF reader, :mod:`dasllama.gguf`, which reads and dequantizes through ``_core``; that reader
-is tested on its own: against the peer ``gguf`` package (tests/test_gguf.py), and its
-dequantizers bit for bit against :mod:`dasllama.reference.quants` (tests/test_formats.py).
+``dasllama._core``: its arithmetic is all NumPy, and it reads model files without dasllama's
+C++ reader too: :mod:`.gguf_file` reads them through the peer ``gguf`` package and dequantizes
+with :mod:`dasllama.reference.quants` (dasllama's own reader, :mod:`dasllama.gguf`, is tested
+against both: tests/test_gguf.py, tests/test_formats.py, tests/test_reference_gguf.py).
 
 - :mod:`dasllama.reference.quants` -- the GGUF tensor formats (block layouts, dequantization,
   the deterministic reference quantizers). Imports nothing from ``_core``.

@@ -23,8 +23,9 @@ Conventions
   X experts, K experts used per token.
 - A llama.cpp matrix of shape {in, out} is the NumPy array W of shape (out, in): one row per
   output feature, so a linear layer is ``y = x @ W.T``.
-- Precision: dasllama.gguf dequantizes every tensor to float32 (exactly: each quantized format
-  is a float32 formula); the reference then widens to ``dtype`` (float64 by default) and does
+- Precision: the file is read through the ``gguf`` package and every tensor dequantized to
+  float32 by :mod:`dasllama.reference.quants` (:mod:`.gguf_file`; exactly: each quantized
+  format is a float32 formula), never by dasllama's C++ reader; the reference then widens to ``dtype`` (float64 by default) and does
   all arithmetic in it. Logits are rounded to float32 at the end. ``dtype=np.float32`` halves
   memory and time at about 1e-6 relative error.
 
@@ -40,7 +41,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import gguf
+from . import gguf_file as gguf
 from ..errors import GGUFError, ShapeError
 from .llm_arch import ARCHITECTURES, is_local_layer, read_config, tensor_names
 

@@ -9,8 +9,10 @@
     app = create_app(ServerConfig(models=[ModelSpec("smollm2", "smollm2")]))
 
 Routes: /health, /v1/models, /metrics, /tokenize, /detokenize, /v1/chat/completions,
-/v1/completions (and the areas in dasllama.server.routers.OPTIONAL when present). Needs the
-`server` extra: ``pip install 'dasllama[server]'``.
+/v1/completions (and the areas in dasllama.server.routers.OPTIONAL when present: embeddings,
+/v1/audio/speech for TTS models, /v1/audio/transcriptions and /translations for ASR models,
+``ModelSpec(name, source, kind="asr")``). Needs the `server` extra: ``pip install
+'dasllama[server]'`` (the audio upload routes also need python-multipart).
 """
 
 from __future__ import annotations

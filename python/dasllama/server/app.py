@@ -2,7 +2,8 @@
 hosts.
 
 Middleware, outermost first: request metrics; CORS (only with cors_origins); API-key auth
-(only with api_key; /health stays open); the body limit. Then the routers
+(only with api_key; /health stays open); the body limit (max_body_bytes; max_upload_bytes
+on the routes that take audio files). Then the routers
 (dasllama.server.routers) and the error handlers that answer every failure in the OpenAI
 shape. ``app.state`` holds config, registry (the models) and metrics.
 """
@@ -22,6 +23,7 @@ from .metrics import ServerMetrics
 from .middleware import AuthMiddleware, BodyLimitMiddleware, MetricsMiddleware
 from .registry import ModelRegistry
 from .routers import include_routers
+from .routers.transcription import UPLOAD_PATHS
 
 __all__ = ["create_app"]
 
@@ -51,7 +53,8 @@ def create_app(config: Optional[ServerConfig] = None,
     include_routers(app)
 
     # add_middleware puts each one outside the ones before it: innermost first.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes,
+                       path_limits={path: config.max_upload_bytes for path in UPLOAD_PATHS})
     if config.api_key:
         app.add_middleware(AuthMiddleware, api_key=config.api_key)
     if config.cors_origins:

@@ -9,6 +9,8 @@ Each -m is a model name, a .gguf path, or NAME=MODEL to serve it under NAME (the
 field of requests); without a NAME a path is served under its file name's stem.
 
     dasllama serve --tts pocket=./pocket.gguf --voice alice=./alice.wav   # /v1/audio/speech
+    dasllama serve -m smollm2 --asr                     # + /v1/audio/transcriptions (tiny.en)
+    dasllama serve --asr whisper-tiny.en --asr en=./whisper.gguf          # speech to text only
     dasllama serve -m smollm2 --ray --replicas 2                          # on Ray Serve
 """
 
@@ -20,14 +22,19 @@ import sys
 from pathlib import Path
 
 from .config import (DEFAULT_CTX, DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE,
-                     DEFAULT_PARALLEL, DEFAULT_PORT, DEFAULT_TIMEOUT_S, ModelSpec, ServerConfig)
+                     DEFAULT_MAX_UPLOAD_BYTES, DEFAULT_PARALLEL, DEFAULT_PORT,
+                     DEFAULT_TIMEOUT_S, ModelSpec, ServerConfig)
 
-__all__ = ["add_serve_parser", "model_specs", "tts_specs"]
+__all__ = ["add_serve_parser", "model_specs", "tts_specs", "asr_specs", "DEFAULT_ASR_MODEL"]
 
 API_KEY_ENV = "DASLLAMA_API_KEY"
+# The speech recognition model --asr serves when it is given without a value: the smallest
+# packaged Whisper, fetched on first use like the default language model.
+DEFAULT_ASR_MODEL = "whisper-tiny.en"
 
 _DESCRIPTION = """Serve models over an OpenAI-compatible HTTP API (/v1/chat/completions,
-/v1/completions, /v1/models, /tokenize, /detokenize, /metrics, /health).
+/v1/completions, /v1/embeddings, /v1/models, /tokenize, /detokenize, /metrics, /health;
+/v1/audio/speech with --tts; /v1/audio/transcriptions and /translations with --asr).
 
   dasllama serve -m smollm2 --parallel 4 --port 8080
   dasllama serve -m chat=smollm2 -m ./other.gguf --api-key KEY --cors http://localhost:3000
@@ -84,6 +91,27 @@ def tts_specs(values, voices) -> list:
     return specs
 
 
+def asr_specs(values) -> list:
+    """Speech recognition ModelSpecs from --asr values (NAME, PATH or NAME=MODEL; the flag
+    alone gives DEFAULT_ASR_MODEL). A packaged model keeps its name and is fetched when it
+    loads if it is not here yet; a path must exist now."""
+    from .. import models
+
+    specs = []
+    for value in values or []:
+        name, source = _name_and_source(value, "--asr")
+        if os.path.exists(source):   # a folder keeps its whole name ("whisper-tiny.en")
+            name = name or (Path(source).name if os.path.isdir(source) else Path(source).stem)
+        elif models.is_pullable(source) and not models.is_hub_reference(source):
+            name = name or source
+        else:
+            raise ValueError(f"--asr {value!r}: no such file or folder, and {source!r} is not "
+                             f"a packaged model (whisper models: "
+                             f"{', '.join(n for n in models.PACKAGED if 'whisper' in n)})")
+        specs.append(ModelSpec(name=name, source=source, kind="asr"))
+    return specs
+
+
 def _autoscale(text):
     low, sep, high = text.partition(":")
     try:
@@ -129,6 +157,12 @@ def add_serve_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--voice", action="append", default=None, metavar="NAME=FILE",
                    help="a voice for the --tts models: a .wav to clone or a voice file "
                         "(repeatable; the voice 'default' is the model's own)")
+    p.add_argument("--asr", action="append", nargs="?", const=DEFAULT_ASR_MODEL, default=None,
+                   metavar="MODEL",
+                   help=f"a Whisper model to serve on /v1/audio/transcriptions and "
+                        f"/translations: a packaged name, a .gguf or a CTranslate2 folder, or "
+                        f"NAME=MODEL (repeatable; alone: {DEFAULT_ASR_MODEL}); with --asr and "
+                        f"no -m, no language model is served")
     p.add_argument("--parallel", type=_positive(int), default=DEFAULT_PARALLEL, metavar="N",
                    help=f"sequences decoded together per model (slots; default "
                         f"{DEFAULT_PARALLEL})")
@@ -162,6 +196,10 @@ def add_serve_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-body", type=_positive(int), default=DEFAULT_MAX_BODY_BYTES,
                    metavar="BYTES", help=f"largest request body (default "
                                          f"{DEFAULT_MAX_BODY_BYTES})")
+    p.add_argument("--max-upload", type=_positive(int), default=DEFAULT_MAX_UPLOAD_BYTES,
+                   metavar="BYTES", help=f"largest transcription or translation request (the "
+                                         f"audio file and its form; default "
+                                         f"{DEFAULT_MAX_UPLOAD_BYTES})")
     p.add_argument("--log-level", default="warning",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="server log level (default warning; info logs every request)")
@@ -183,12 +221,14 @@ def config_from_args(args) -> ServerConfig:
     if args.cors:
         cors = [o.strip() for o in args.cors.split(",") if o.strip()]
     tts = tts_specs(getattr(args, "tts", None), getattr(args, "voice", None))
-    llms = model_specs(args.model) if args.model or not tts else []
-    return ServerConfig(models=llms + tts, host=args.host, port=args.port,
+    asr = asr_specs(getattr(args, "asr", None))
+    llms = model_specs(args.model) if args.model or not (tts or asr) else []
+    return ServerConfig(models=llms + tts + asr, host=args.host, port=args.port,
                         parallel=args.parallel, n_ctx=args.ctx, threads=args.threads,
                         device=args.device, kv_type=args.kv_type, api_key=args.api_key or None,
                         cors_origins=cors or None, max_queue=args.max_queue,
                         keep_alive=args.keep_alive, max_body_bytes=args.max_body,
+                        max_upload_bytes=getattr(args, "max_upload", DEFAULT_MAX_UPLOAD_BYTES),
                         request_timeout=args.timeout)
 
 

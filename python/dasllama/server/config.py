@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 __all__ = ["ModelSpec", "ServerConfig", "DEFAULT_PORT", "DEFAULT_HOST", "DEFAULT_PARALLEL",
-           "DEFAULT_CTX", "DEFAULT_MAX_QUEUE", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_TIMEOUT_S"]
+           "DEFAULT_CTX", "DEFAULT_MAX_QUEUE", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_UPLOAD_BYTES",
+           "DEFAULT_TIMEOUT_S"]
 
 DEFAULT_HOST = "127.0.0.1"   # loopback: exposing the server is a deliberate --host choice
 DEFAULT_PORT = 8080
@@ -18,6 +19,10 @@ DEFAULT_MAX_QUEUE = 64
 # Largest request body: a full 128k-token context of text is well under this; anything larger
 # is not a chat request.
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+# Largest transcription or translation request (the uploaded file and the form around it):
+# OpenAI's limit on an upload; about 13 minutes of 16 kHz 16-bit wav, hours of compressed
+# audio. It is read into memory whole before the model sees it.
+DEFAULT_MAX_UPLOAD_BYTES = 25 * 1024 * 1024
 # Longest a generation request may take end to end (waiting included) before it is cancelled.
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -29,7 +34,9 @@ class ModelSpec:
     kind "llm": `source` is a path or a model name for dasllama.models.find; slots and n_ctx
     override the server's --parallel and --ctx for this model. kind "tts": `source` is a
     Pocket TTS GGUF (path or name); `voices` maps voice names to .wav files or voice files
-    (dasllama.TTS.save_voice), registered when the model loads. Other kinds (or a custom
+    (dasllama.TTS.save_voice), registered when the model loads. kind "asr": `source` is a
+    Whisper model for dasllama.ASR (a packaged name such as "whisper-tiny.en", a .gguf or a
+    CTranslate2 folder), served on /v1/audio/transcriptions and /translations. Other kinds (or a custom
     load) give `loader`: a callable that loads the model and returns an object with close();
     the registry calls it on first use and again after a keep-alive unload."""
     name: str
@@ -43,7 +50,9 @@ class ModelSpec:
 
 @dataclass
 class ServerConfig:
-    """Everything `dasllama serve` can set. keep_alive: seconds a model may sit idle before it
+    """Everything `dasllama serve` can set. max_body_bytes: the largest request body;
+    max_upload_bytes: the largest body of the upload routes (transcriptions, translations),
+    which take audio files. keep_alive: seconds a model may sit idle before it
     is unloaded (None: never). cors_origins: None keeps CORS off; ["*"] allows any origin."""
     models: List[ModelSpec] = field(default_factory=list)
     host: str = DEFAULT_HOST
@@ -58,6 +67,7 @@ class ServerConfig:
     max_queue: int = DEFAULT_MAX_QUEUE
     keep_alive: Optional[float] = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     request_timeout: float = DEFAULT_TIMEOUT_S
     load_at_start: bool = True
 
@@ -65,6 +75,7 @@ class ServerConfig:
         for name, value, low in (("parallel", self.parallel, 1), ("n_ctx", self.n_ctx, 1),
                                  ("max_queue", self.max_queue, 0),
                                  ("max_body_bytes", self.max_body_bytes, 1),
+                                 ("max_upload_bytes", self.max_upload_bytes, 1),
                                  ("port", self.port, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")

@@ -3,8 +3,10 @@
 Per model (label ``model``), read from its engine at each scrape: requests running and queued,
 slots busy and slots, tokens/s generated over the last THROUGHPUT_WINDOW_S, prompt tokens,
 cached prompt tokens, prompt cache hits, generated tokens, KV pool bytes, and whether the model
-is loaded. Per server: HTTP requests by route and status, requests in flight, time to first
-token. Each app has a registry of its own, so several servers in one process do not mix.
+is loaded. Per speech model (TTS and ASR, which serve one request at a time): requests holding
+or waiting for it. Per ASR model: transcriptions by task and outcome, seconds of audio
+transcribed and seconds the model spent on them. Per server: HTTP requests by route and
+status, requests in flight, time to first token. Each app has a registry of its own, so several servers in one process do not mix.
 """
 
 from __future__ import annotations
@@ -63,7 +65,15 @@ class _EngineCollector:
                 family.add_metric([entry.name], float(stats.get(key, 0)))
             for key, family in counters.items():
                 family.add_metric([entry.name], float(stats.get(key, 0)))
+        serial = GaugeMetricFamily(f"{PREFIX}_serial_requests_active",
+                                   "Requests holding or waiting for a model that serves one at a "
+                                   "time (speech synthesis, transcription).", labels=["model"])
+        for entry in self._models.entries():
+            waiting = getattr(entry.loaded, "waiting", None) if entry.state == "ready" else None
+            if waiting is not None:
+                serial.add_metric([entry.name], float(waiting))
         yield loaded
+        yield serial
         yield tps
         yield from gauges.values()
         yield from counters.values()
@@ -82,7 +92,26 @@ class ServerMetrics:
         self.ttft = Histogram(f"{PREFIX}_time_to_first_token_seconds",
                               "Seconds from a generation request's arrival to its first token.",
                               ["model"], buckets=TTFT_BUCKETS, registry=self.registry)
+        self.transcriptions = Counter(
+            f"{PREFIX}_transcription_requests", "Transcription and translation requests that "
+            "reached the model, by task and outcome (ok, rejected: a 4xx for the file or an "
+            "option, failed, cancelled).", ["model", "task", "outcome"], registry=self.registry)
+        self.transcribed_audio = Counter(f"{PREFIX}_transcription_audio_seconds",
+                                         "Seconds of audio transcribed.", ["model"],
+                                         registry=self.registry)
+        self.transcription_time = Counter(f"{PREFIX}_transcription_processing_seconds",
+                                          "Seconds the ASR models spent transcribing (decoding "
+                                          "the file included).", ["model"],
+                                          registry=self.registry)
         self.started = time.time()
+
+    def observe_transcription(self, model: str, task: str, outcome: str,
+                              audio_seconds: float = 0.0, processing_seconds: float = 0.0) -> None:
+        self.transcriptions.labels(model=model, task=task, outcome=outcome).inc()
+        if audio_seconds:
+            self.transcribed_audio.labels(model=model).inc(audio_seconds)
+        if processing_seconds:
+            self.transcription_time.labels(model=model).inc(processing_seconds)
 
     def observe_ttft(self, model: str, seconds: float) -> None:
         self.ttft.labels(model=model).observe(seconds)

@@ -88,25 +88,28 @@ class AuthMiddleware:
 
 
 class BodyLimitMiddleware:
-    """Reads a request's body (at most max_bytes; more is a 413) before the app runs, then
-    hands it to the app in one piece. Afterwards the app's receive channel delivers only the
-    client's disconnect, which is how handlers notice a client that went away."""
+    """Reads a request's body (at most max_bytes, or the limit path_limits gives its path;
+    more is a 413) before the app runs, then hands it to the app in one piece. Afterwards the
+    app's receive channel delivers only the client's disconnect, which is how handlers notice
+    a client that went away."""
 
-    def __init__(self, app, max_bytes: int):
+    def __init__(self, app, max_bytes: int, path_limits=None):
         self.app = app
         self.max_bytes = max_bytes
+        self.path_limits = dict(path_limits or {})
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.path_limits.get(scope.get("path"), self.max_bytes)
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = -1
-                if declared < 0 or declared > self.max_bytes:
-                    return await self._too_large(send, declared)
+                if declared < 0 or declared > limit:
+                    return await self._too_large(send, declared, limit)
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -114,8 +117,8 @@ class BodyLimitMiddleware:
                 return    # gone before the body arrived: nothing to answer
             body = message.get("body", b"")
             size += len(body)
-            if size > self.max_bytes:
-                return await self._too_large(send, size)
+            if size > limit:
+                return await self._too_large(send, size, limit)
             chunks.append(body)
             if not message.get("more_body", False):
                 break
@@ -129,8 +132,8 @@ class BodyLimitMiddleware:
 
         await self.app(scope, replay, send)
 
-    async def _too_large(self, send, size: int):
+    async def _too_large(self, send, size: int, limit: int):
         what = "an invalid Content-Length" if size < 0 else f"{size} bytes or more"
         await _send_error(send, 413, f"the request body ({what}) is larger than this server's "
-                                     f"limit of {self.max_bytes} bytes",
+                                     f"limit of {limit} bytes",
                           type="invalid_request_error", code="request_too_large")

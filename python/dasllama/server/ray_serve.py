@@ -20,13 +20,18 @@ options verbatim), after the options in $DASLLAMA_SERVE_ARGS. Host and port are 
 Each replica loads its own copy of the models and answers every route of the server. The
 deployment's settings come from the server's:
 
-- ``max_ongoing_requests``: the replica's slots (the --parallel of each language model, plus
-  one per speech model), so Ray hands a replica no more than it decodes at once;
-- ``max_queued_requests``: --max-queue (Ray's smallest queue is 1, so 0 becomes 1); over it
-  Ray's proxy answers 503 with Retry-After, as the server itself does (the body is Ray's
-  plain-text message, not the OpenAI error shape: the proxy writes it, not the app);
+- admission is the app's, as under uvicorn: a replica admits its capacity (each language
+  model's slots and --max-queue waiting requests, each speech model's one request and its
+  queue) and answers the next request with its own 503 and Retry-After in the OpenAI error
+  shape. Ray's proxy would answer a full Ray queue itself, with a plain-text body, so Ray
+  never refuses: ``max_queued_requests`` is -1 (Ray's router holds a request only for the
+  moment every replica is at its ``max_ongoing_requests``), and ``max_ongoing_requests`` is
+  REFUSAL_ROOM times the replica's capacity, so requests past the capacity reach the app to
+  be refused instead of waiting in Ray. Ray's power-of-two-choices routing still sends each
+  request to the less busy of two replicas;
 - ``autoscaling_config``: with --autoscale MIN:MAX, replicas between MIN and MAX aiming at
-  full slots (``target_ongoing_requests`` = slots); else --replicas fixed replicas;
+  full slots (``target_ongoing_requests`` = the slots: language models' --parallel, one per
+  speech model); else --replicas fixed replicas;
 - ``ray_actor_options.num_cpus``: --threads (1 when unset), and a replica with no --threads
   runs that many threads rather than one per core, so replicas on one node do not fight.
 
@@ -56,17 +61,24 @@ except ImportError as e:    # the module is only imported for Ray: say what is m
     raise ImportError(f"dasllama.server.ray_serve needs Ray Serve (pip install "
                       f"'dasllama[ray]'): {e}") from e
 
-from .bridge import RETRY_AFTER_S
 from .config import ServerConfig
 
 __all__ = ["app", "DasllamaDeployment", "RayOptions", "build_application", "deployment_options",
+           "replica_slots", "replica_capacity", "REFUSAL_ROOM",
            "serve_blocking", "REPLICA_HEADER", "ARGS_ENV", "DEPLOYMENT_NAME"]
 
 REPLICA_HEADER = "x-dasllama-replica"
 ARGS_ENV = "DASLLAMA_SERVE_ARGS"
 DEPLOYMENT_NAME = "dasllama"
 # Build arguments that hold comma-separated lists of a repeatable option.
-_LIST_ARGS = ("model", "tts", "voice")
+_LIST_ARGS = ("model", "tts", "voice", "asr")
+# A replica takes up to this many times the requests it admits (its slots and queues): the
+# rest of a burst reaches the app, which refuses it in the OpenAI shape, rather than Ray's
+# proxy, which would answer in plain text. Twice leaves room for a burst as large again as
+# the replica's whole capacity before Ray's router holds a request back.
+REFUSAL_ROOM = 2
+# Ray's value of max_queued_requests for a queue without a limit.
+RAY_UNBOUNDED_QUEUE = -1
 # How often `dasllama serve --ray` looks whether it was interrupted.
 _WAIT_PERIOD_S = 1.0
 
@@ -146,21 +158,25 @@ class DasllamaDeployment:
 
 def replica_slots(config: ServerConfig) -> int:
     """Requests one replica serves at once: each language model's slots, one per other
-    model (a speech model speaks one request at a time)."""
+    model (a speech model serves one request at a time)."""
     total = 0
     for spec in config.models:
         total += config.slots_of(spec) if spec.kind == "llm" else 1
     return max(1, total)
 
 
+def replica_capacity(config: ServerConfig) -> int:
+    """Requests one replica admits at once: what it serves (replica_slots) and, per model,
+    --max-queue more waiting for it."""
+    return replica_slots(config) + config.max_queue * max(1, len(config.models))
+
+
 def deployment_options(config: ServerConfig, options: RayOptions) -> Dict[str, Any]:
     """The Serve deployment's options for config (see the module docstring)."""
     slots = replica_slots(config)
     num_cpus = options.num_cpus if options.num_cpus is not None else float(config.threads or 1)
-    out: Dict[str, Any] = {"max_ongoing_requests": slots,
-                           "max_queued_requests": max(1, config.max_queue),
-                           "backpressure_config": {"status_code": 503,
-                                                   "retry_after_s": RETRY_AFTER_S},
+    out: Dict[str, Any] = {"max_ongoing_requests": REFUSAL_ROOM * replica_capacity(config),
+                           "max_queued_requests": RAY_UNBOUNDED_QUEUE,
                            "ray_actor_options": {"num_cpus": num_cpus}}
     if options.autoscale is not None:
         low, high = options.autoscale

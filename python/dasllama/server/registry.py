@@ -2,8 +2,10 @@
 
 Each model is a :class:`ModelEntry`. An LLM, once loaded, is a :class:`LoadedLLM`: the
 dasllama.LLM, a BatchEngine over it with the server's slots and context, and the
-EngineThread that steps it. Other kinds (speech models) come with a loader of their own
-(ModelSpec.loader) and are held the same way; routes ask for the kind they serve.
+EngineThread that steps it. A speech model (kind "tts") is a :class:`LoadedTTS`, a speech
+recognition model (kind "asr") a :class:`LoadedASR`; both serve one request at a time
+(:class:`SerialModel`). Other kinds come with a loader of their own (ModelSpec.loader) and are
+held the same way; routes ask for the kind they serve.
 
 A route takes a :class:`Lease` for the time it uses a model (``async with
 registry.lease(entry) as loaded``): the lease loads the model if it is not loaded, and a
@@ -26,7 +28,8 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 from .config import ModelSpec, ServerConfig
 from .errors import APIError
 
-__all__ = ["ModelRegistry", "ModelEntry", "LoadedLLM", "LoadedTTS", "Lease", "STATES"]
+__all__ = ["ModelRegistry", "ModelEntry", "LoadedLLM", "SerialModel", "LoadedTTS", "LoadedASR",
+           "Lease", "STATES"]
 
 log = logging.getLogger("dasllama.server")
 
@@ -100,18 +103,33 @@ class LoadedLLM:
                 self.llm.close()
 
 
-class LoadedTTS:
-    """A speech model ready to serve: tts (dasllama.TTS) with its spec's voices registered.
-    A TTS object runs one synthesis at a time, so a request holds `lock` (a threading.Lock)
-    for the whole of one; `waiting` counts the requests holding or waiting for it (changed on
-    the event loop only)."""
+class SerialModel:
+    """A model that serves one request at a time (a TTS or an ASR object runs one synthesis or
+    transcription at a time): `model` is the object; a request's work holds `lock` (a threading.Lock) for the whole
+    of it (serial_job.SerialJob); `waiting` counts the requests holding or waiting for it
+    (changed on the event loop only). close() waits for the request in progress, which a
+    cancelled request ends at its next piece."""
+
+    kind = "serial"
+
+    def __init__(self, model):
+        self.model = model
+        self.lock = threading.Lock()
+        self.waiting = 0
+
+    def close(self) -> None:
+        with self.lock:
+            self.model.close()
+
+
+class LoadedTTS(SerialModel):
+    """A speech model ready to serve: tts (dasllama.TTS) with its spec's voices registered."""
 
     kind = "tts"
 
-    def __init__(self, tts):
-        self.tts = tts
-        self.lock = threading.Lock()
-        self.waiting = 0
+    @property
+    def tts(self):
+        return self.model
 
     @classmethod
     def load(cls, spec: ModelSpec, config: ServerConfig) -> "LoadedTTS":
@@ -133,9 +151,23 @@ class LoadedTTS:
     def sample_rate(self) -> int:
         return self.tts.sample_rate
 
-    def close(self) -> None:
-        with self.lock:    # after the synthesis in progress, which a cancelled request ends
-            self.tts.close()
+
+class LoadedASR(SerialModel):
+    """A speech recognition model ready to serve: asr (dasllama.ASR). Requests take turns for
+    the whole of a transcription (an ASR would otherwise interleave them window by window,
+    and every request would wait as long as all of them together)."""
+
+    kind = "asr"
+
+    @property
+    def asr(self):
+        return self.model
+
+    @classmethod
+    def load(cls, spec: ModelSpec, config: ServerConfig) -> "LoadedASR":
+        from ..asr import ASR
+
+        return cls(ASR(spec.source, n_threads=config.threads))
 
 
 class ModelEntry:
@@ -195,6 +227,8 @@ class ModelEntry:
             return LoadedLLM.load(self.spec, config)
         if self.spec.kind == "tts" and self.spec.loader is None:
             return LoadedTTS.load(self.spec, config)
+        if self.spec.kind == "asr" and self.spec.loader is None:
+            return LoadedASR.load(self.spec, config)
         if self.spec.loader is None:
             raise ValueError(f"model {self.name!r} of kind {self.spec.kind!r} has no loader")
         return self.spec.loader()

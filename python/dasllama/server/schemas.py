@@ -327,15 +327,14 @@ class Usage(BaseModel):
 
 
 class TopLogprob(BaseModel):
+    """One alternative for a chat token: its text, logprob and UTF-8 bytes."""
     token: str
     logprob: float
     bytes: Optional[List[int]] = None
 
 
-class TokenLogprob(BaseModel):
-    token: str
-    logprob: float
-    bytes: Optional[List[int]] = None
+class TokenLogprob(TopLogprob):
+    """A chat token's logprob entry: the token as a TopLogprob is, with its alternatives."""
     top_logprobs: List[TopLogprob] = Field(default_factory=list)
 
 
@@ -349,21 +348,30 @@ class AssistantMessage(BaseModel):
     tool_calls: Optional[List[Dict[str, Any]]] = None
 
 
-class ChatChoice(BaseModel):
+class _Choice(BaseModel):
+    """What a chat choice and a completion choice share; each adds its output and logprobs."""
     index: int
-    message: AssistantMessage
-    logprobs: Optional[ChoiceLogprobs] = None
     finish_reason: Optional[str] = None
 
 
-class ChatCompletion(BaseModel):
+class _Response(BaseModel):
+    """What a chat completion and a completion response share; each adds its object name,
+    choices and usage."""
     id: str
-    object: Literal["chat.completion"] = "chat.completion"
     created: int
     model: str
+    system_fingerprint: Optional[str] = None
+
+
+class ChatChoice(_Choice):
+    message: AssistantMessage
+    logprobs: Optional[ChoiceLogprobs] = None
+
+
+class ChatCompletion(_Response):
+    object: Literal["chat.completion"] = "chat.completion"
     choices: List[ChatChoice]
     usage: Usage
-    system_fingerprint: Optional[str] = None
 
 
 class CompletionLogprobs(BaseModel):
@@ -373,21 +381,15 @@ class CompletionLogprobs(BaseModel):
     text_offset: List[int] = Field(default_factory=list)
 
 
-class CompletionChoice(BaseModel):
-    index: int
+class CompletionChoice(_Choice):
     text: str
     logprobs: Optional[CompletionLogprobs] = None
-    finish_reason: Optional[str] = None
 
 
-class Completion(BaseModel):
-    id: str
+class Completion(_Response):
     object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
     choices: List[CompletionChoice]
     usage: Optional[Usage] = None
-    system_fingerprint: Optional[str] = None
 
 
 class ModelCard(BaseModel):

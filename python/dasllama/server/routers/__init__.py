@@ -13,7 +13,7 @@ import importlib.util
 __all__ = ["include_routers", "CORE", "OPTIONAL"]
 
 CORE = ("system", "chat", "completions")
-OPTIONAL = ("embeddings", "audio")
+OPTIONAL = ("embeddings", "audio", "transcription")
 
 
 def include_routers(app) -> list:

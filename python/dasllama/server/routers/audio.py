@@ -40,7 +40,6 @@ import io
 import json
 import logging
 import struct
-import threading
 from typing import AsyncIterator, List, Literal, Optional, Tuple
 
 import numpy as np
@@ -49,11 +48,11 @@ from fastapi.responses import Response
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
-from ..bridge import (RETRY_AFTER_S, WatchedStreamingResponse, next_before, post_to_loop, sse,
-                      watch_disconnect)
+from ..bridge import WatchedStreamingResponse, sse, watch_disconnect
 from ..errors import APIError
 from ..generation import SSE_HEADERS, EventStreamResponse
 from ..schemas import _Strict, one_of
+from ..serial_job import SerialJob
 from .common import config_of, registry_of
 
 __all__ = ["router", "SpeechRequest", "AudioEncoder", "DEFAULT_VOICE", "supported_formats"]
@@ -74,8 +73,6 @@ SOUNDFILE_FORMATS = {"flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"
                      "opus": ("OGG", "OPUS")}
 # Sample rates the Opus encoder takes (libsndfile does not resample).
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
-# How often a request waiting for the model looks whether it was cancelled.
-LOCK_POLL_S = 0.1
 # The RIFF and data sizes of a streamed wav, whose length is unknown when its header is sent.
 WAV_UNKNOWN_SIZE = 0xFFFFFFFF
 
@@ -263,96 +260,50 @@ class AudioEncoder:
 # --------------------------------------------------------------------------------------------
 # Synthesis on a thread of its own
 # --------------------------------------------------------------------------------------------
-class SpeechJob:
-    """One request's synthesis: a thread that takes the model's lock, runs TTS.stream, encodes
-    each piece and hands the bytes to the event loop. ``chunks()`` yields them; ``cancel()``
-    (idempotent) stops the thread at its next piece, or before it starts."""
+class SpeechJob(SerialJob):
+    """One request's synthesis: TTS.stream on the job's thread (serial_job.SerialJob), each
+    piece encoded; ``chunks()`` yields the response's bytes."""
+
+    what = "speech model"
 
     def __init__(self, loaded, text: str, voice: Optional[str], temperature: float,
                  seed: Optional[int], encoder: AudioEncoder, timeout: float):
-        self._loaded = loaded
+        super().__init__(loaded, timeout)
         self._args = (text, voice, temperature, seed)
         self._encoder = encoder
-        self._timeout = timeout
-        self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self._cancel = threading.Event()
-        self._thread: Optional[threading.Thread] = None
         self.frames = 0
 
-    def start(self, max_waiting: int) -> None:
-        """Starts the thread, or raises a 503 when max_waiting requests already hold or wait
-        for the model."""
-        if self._loaded.waiting >= max_waiting:
-            raise APIError(503, f"the speech model is busy: {self._loaded.waiting} requests "
-                                f"hold or wait for it; retry after {RETRY_AFTER_S} s",
-                           code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)})
-        self._loaded.waiting += 1
-        self._thread = threading.Thread(target=self._run, name="dasllama-speech", daemon=True)
-        self._thread.start()
-
-    def cancel(self) -> None:
-        self._cancel.set()
-
-    def _emit(self, item) -> None:
-        post_to_loop(self._loop, self._queue.put_nowait, item)
-
-    def _end(self) -> None:    # on the loop: the model is free before the reader hears so
-        self._loaded.waiting -= 1
-        self._queue.put_nowait(("end", None))
-
-    def _run(self) -> None:   # on the job's thread
-        lock = self._loaded.lock
-        try:
-            while not lock.acquire(timeout=LOCK_POLL_S):
-                if self._cancel.is_set():
-                    return
-            try:
-                self._synthesize()
-            finally:
-                lock.release()
-        except Exception as e:    # reported to the request; the server keeps serving
-            self._emit(("error", e))
-        finally:
-            self._encoder.close()
-            post_to_loop(self._loop, self._end)    # last, whether finished, cancelled or failed
-
-    def _synthesize(self) -> None:
-        if self._cancel.is_set():
-            return
+    def work(self) -> None:
         text, voice, temperature, seed = self._args
         tts = self._loaded.tts
         pieces = tts.stream(text, voice, temperature, seed)
         try:
             for piece in pieces:
-                if self._cancel.is_set():
+                if self.cancelled:
                     return
                 data = self._encoder.add(pcm16(piece))
                 if data:
-                    self._emit(("data", data))
+                    self.emit(data)
         finally:
             pieces.close()
         self.frames = int(tts.stats.get("frames", 0))
         data = self._encoder.finish()
         if data:
-            self._emit(("data", data))
+            self.emit(data)
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The response's bytes as they come; RequestTimeout past the timeout (the thread is
-        cancelled); the synthesis's error as an APIError."""
-        deadline = self._loop.time() + self._timeout
-        while True:
-            kind, value = await next_before(self._queue, deadline, self._timeout, self.cancel)
-            if kind == "end":
-                return
-            if kind == "error":
-                if isinstance(value, ValueError):
-                    raise APIError(400, f"input: {value}", param="input",
-                                   code="invalid_value") from value
-                log.error("speech synthesis failed: %s: %s", type(value).__name__, value)
-                raise APIError(500, f"speech synthesis failed: {type(value).__name__}: "
-                                    f"{value}", code="synthesis_failed") from value
-            yield value
+    def finish(self) -> None:
+        self._encoder.close()
+
+    def error(self, exc: Exception) -> APIError:
+        if isinstance(exc, ValueError):
+            return APIError(400, f"input: {exc}", param="input", code="invalid_value")
+        log.error("speech synthesis failed: %s: %s", type(exc).__name__, exc)
+        return APIError(500, f"speech synthesis failed: {type(exc).__name__}: {exc}",
+                        code="synthesis_failed")
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The response's bytes as they come (SerialJob.items)."""
+        return self.items()
 
 
 # --------------------------------------------------------------------------------------------
