@@ -5,11 +5,8 @@
     dasllama transcribe talk.flac                       # text on stdout (whisper-tiny.en)
     dasllama transcribe a.wav b.mp3 -f srt -o subs/     # one .srt per file in subs/
     dasllama transcribe talk.ogg -f json --compute-type int8
-<<<<<<< HEAD
-    dasllama transcribe meeting.wav --vad               # transcribe only the speech (Silero VAD)
-=======
     dasllama transcribe rede.flac -m whisper-base --language de --translate   # English text
->>>>>>> main
+    dasllama transcribe meeting.wav --vad               # transcribe only the speech (Silero VAD)
 
 Formats: txt (the segments' text, one a line), srt and vtt (subtitles with the segments'
 times), json (faster-whisper's segment fields and the info). With ``-o DIR`` each input gets
@@ -92,15 +89,12 @@ def _cmd_transcribe(args) -> int:
     for path in args.files:
         segments, info = asr.transcribe(path, without_timestamps=args.without_timestamps,
                                         initial_prompt=args.initial_prompt,
-<<<<<<< HEAD
-                                        vad_filter=args.vad)
-=======
                                         language=args.language,
-                                        task="translate" if args.translate else "transcribe")
+                                        task="translate" if args.translate else "transcribe",
+                                        vad_filter=args.vad)
         if show and info.all_language_probs is not None:
             print(f"{path}: detected language {info.language} "
                   f"(probability {info.language_probability:.2f})", file=sys.stderr)
->>>>>>> main
         if folder:
             target = folder / f"{Path(path).stem}.{args.format}"
             with open(target, "w", encoding="utf-8") as out:
@@ -128,16 +122,13 @@ def add_transcribe_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--without-timestamps", action="store_true",
                    help="decode without timestamp tokens (one segment per window)")
     p.add_argument("--initial-prompt", default=None, help="text that conditions the first window")
-<<<<<<< HEAD
-    p.add_argument("--vad", action="store_true",
-                   help="skip non-speech first (Silero VAD, faster-whisper's default options)")
-=======
     p.add_argument("--language", default=None, metavar="XX",
                    help="the spoken language's code (de, fr, ...; multilingual models); "
                         "default: detected from the first 30 s")
     p.add_argument("--translate", action="store_true",
                    help="English text from speech in any language (multilingual models)")
->>>>>>> main
+    p.add_argument("--vad", action="store_true",
+                   help="skip non-speech first (Silero VAD, faster-whisper's default options)")
     p.add_argument("--progress", action="store_true", default=None,
                    help="print each segment to stderr as it is decoded (default: on a terminal)")
     p.set_defaults(run=_cmd_transcribe)

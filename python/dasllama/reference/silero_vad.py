@@ -24,8 +24,8 @@ the previous window's last 64 (zeros before the first window) and the window its
 
 A clip is cut into windows of 512 samples; the last partial window is padded with zeros.
 
-The weights are read from the GGUF that dasllama.convert.silero_vad writes, through the
-``gguf`` package (not dasllama's reader). Arithmetic is float64 here; the result is float32.
+The weights are read from the GGUF that dasllama.convert.silero_vad writes, through
+:mod:`dasllama.reference.gguf_file` (the ``gguf`` package, not dasllama's reader). Arithmetic is float64 here; the result is float32.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ import os
 from typing import Dict, Tuple, Union
 
 import numpy as np
+
+from . import gguf_file
 
 __all__ = ["ReferenceSileroVad", "load_weights"]
 
@@ -46,14 +48,10 @@ HIDDEN = 128
 
 
 def load_weights(path: Union[str, os.PathLike]) -> Dict[str, np.ndarray]:
-    """The file's tensors as float64 arrays in NumPy order, by name."""
-    from gguf import GGUFReader   # the gguf package, independent of dasllama's reader
-    reader = GGUFReader(os.fspath(path))
-    out = {}
-    for t in reader.tensors:
-        shape = tuple(int(d) for d in reversed(t.shape))   # GGUF lists innermost first
-        out[t.name] = np.asarray(t.data, dtype=np.float64).reshape(shape)
-    return out
+    """The file's tensors as float64 arrays in NumPy order, by name (read through
+    :mod:`.gguf_file`: the gguf package, not dasllama's reader)."""
+    with gguf_file.open(path) as f:
+        return {name: f.tensor(name).astype(np.float64) for name in f.tensors}
 
 
 def conv1d(x: np.ndarray, weight: np.ndarray, bias, stride: int, pad: int) -> np.ndarray:
