@@ -121,3 +121,44 @@ def test_cli_vad(real_model, tmp_path, capsys):
     assert segs and all(s.text.strip() in srt for s in segs)
     from dasllama.transcribe_cli import format_timestamp
     assert f"{format_timestamp(segs[0].start)} --> {format_timestamp(segs[0].end)}" in srt
+
+
+@pytest.fixture(scope="module")
+def base_engines(real_model, tmp_path_factory):
+    require("faster_whisper")
+    import dasllama
+    from dasllama.convert.whisper import convert_whisper
+    from faster_whisper import WhisperModel
+
+    folder = real_model("whisper-base")
+    gguf = convert_whisper(folder, tmp_path_factory.mktemp("vadbase") / "base.gguf")
+    return (dasllama.ASR(gguf, n_threads=2),
+            WhisperModel(str(folder), device="cpu", compute_type="float32", cpu_threads=2))
+
+
+@pytest.mark.parametrize("name", ["de_plain.flac", "silence"])
+def test_vad_filter_multilingual_equals_faster_whisper(base_engines, name):
+    """On whisper-base the language is detected on the speech the filter kept (on one frame of
+    silence's log-mel when it kept nothing, as faster-whisper does)."""
+    ours, theirs = base_engines
+    if name == "silence":
+        a = np.zeros(3 * 16000, np.float32)
+    else:
+        speech = samples(name)
+        a = np.concatenate([np.zeros(3 * 16000, np.float32), speech,
+                            np.zeros(40000, np.float32), speech[:50000]])
+    mine, info = ours.transcribe(a, vad_filter=True)
+    mine = list(mine)
+    ref, ref_info = theirs.transcribe(a, beam_size=1, temperature=0.0, vad_filter=True)
+    ref = list(ref)
+    print(name, ref_info.language, ref_info.language_probability, [s.text for s in ref])
+    assert info.language == ref_info.language
+    assert info.language_probability == pytest.approx(ref_info.language_probability, abs=2e-3)
+    assert [s.text for s in mine] == [s.text for s in ref]
+    for x, y in zip(mine, ref):
+        assert x.start == pytest.approx(y.start, abs=BAR_TIME)
+        assert x.end == pytest.approx(y.end, abs=BAR_TIME)
+    if name == "silence":
+        assert mine == [] and info.duration_after_vad == 0.0
+    else:
+        assert len(ref) >= 2 and info.language == "de"

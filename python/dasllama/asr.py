@@ -72,6 +72,9 @@ TIME_PRECISION = 0.02     # seconds a timestamp token stands for
 INPUT_STRIDE = 2          # mel frames per encoder row (conv2's stride)
 MAX_PROMPT_TOKENS = 223   # earlier text in a prompt: n_text_ctx // 2 - 1 tokens at most
 TASKS = ("transcribe", "translate")
+# The log-mel of digital silence, (log10(1e-10) + 4) / 4: faster-whisper's one feature frame
+# of an empty clip (what it detects the language on when the VAD filter keeps nothing).
+SILENT_MEL = -1.5
 # compute_type -> the C++ lane: float32 linears, or Q8_0 weights with 8-bit activations.
 _COMPUTE_TYPES = {"default": "f32", "auto": "f32", "float32": "f32", "f32": "f32",
                   "int8": "int8"}
@@ -430,8 +433,11 @@ class ASR:
         if language is None and self.multilingual:
             # faster-whisper detects on the whole clip's mel (its last frame included), so the
             # first window differs from the first decoding window unless the clip fills it
-            with self._lock:
-                mel = self.model.log_mel(samples)
+            if samples.size:
+                with self._lock:
+                    mel = self.model.log_mel(samples)
+            else:   # the VAD kept nothing: faster-whisper's features of no audio, one frame
+                mel = np.full((self.config["n_mels"], 1), SILENT_MEL, dtype=np.float32)
             language, probability, all_probs, first = self._detect(
                 mel, language_detection_segments, language_detection_threshold)
         language = language or "en"
