@@ -330,3 +330,15 @@ def test_threads_share_one_model(vad):
         t.join(timeout=120)
     for i, g in enumerate(got):
         np.testing.assert_array_equal(g, want[i % len(clips)])
+
+
+def test_stats_count_whole_clip_calls():
+    from dasllama.vad import VAD
+
+    v = VAD()
+    assert v.stats == {"audio_seconds": 0.0, "wall_seconds": 0.0, "windows": 0}
+    v.probabilities(np.zeros(16000, np.float32))
+    v.get_speech_timestamps(np.zeros(1024, np.float32))
+    st = v.stats
+    assert st["windows"] == 32 + 2 and st["audio_seconds"] == pytest.approx(1.064)
+    assert st["wall_seconds"] > 0

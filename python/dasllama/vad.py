@@ -39,6 +39,8 @@ from __future__ import annotations
 import bisect
 import math
 import os
+import threading
+import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Union
@@ -366,6 +368,25 @@ class VAD:
         if not isinstance(n_threads, int) or isinstance(n_threads, bool) or n_threads < 1:
             raise VADError(f"n_threads {n_threads!r} is not a positive integer")
         self._model = _core.SileroVad(str(self.path), n_threads)
+        self._stats = {"audio_seconds": 0.0, "wall_seconds": 0.0, "windows": 0}
+        self._stats_lock = threading.Lock()
+
+    @property
+    def stats(self) -> dict:
+        """Whole-clip calls so far (streams not counted): audio_seconds, wall_seconds,
+        windows."""
+        with self._stats_lock:
+            return dict(self._stats)
+
+    def _probabilities(self, x: np.ndarray) -> np.ndarray:
+        model = self.model
+        start = time.perf_counter()
+        out = model.probabilities(x)
+        with self._stats_lock:
+            self._stats["wall_seconds"] += time.perf_counter() - start
+            self._stats["audio_seconds"] += x.size / SAMPLE_RATE
+            self._stats["windows"] += int(out.size)
+        return out
 
     @property
     def model(self):
@@ -400,7 +421,7 @@ class VAD:
         x, _ = self._samples(audio, sample_rate)
         if x.size == 0:
             raise VADError("audio: no samples")
-        return self.model.probabilities(x)
+        return self._probabilities(x)
 
     def stream(self) -> VadStream:
         """A fresh stream for audio that arrives in pieces (see :class:`VadStream`)."""
@@ -428,7 +449,7 @@ class VAD:
         x, step = self._samples(audio, sample_rate)
         _check_rules(threshold, neg_threshold, min_speech_duration_ms, max_speech_duration_s,
                      min_silence_duration_ms, speech_pad_ms, min_silence_at_max_speech)
-        probs = self.model.probabilities(x) if x.size else np.zeros(0, np.float32)
+        probs = self._probabilities(x) if x.size else np.zeros(0, np.float32)
         speeches = speech_timestamps_from_probs(
             probs.tolist(), x.size, threshold=threshold,
             min_speech_duration_ms=min_speech_duration_ms,
@@ -455,7 +476,7 @@ class VAD:
         o = vad_options(options)
         x = _mono(samples, "audio")
         padded = np.pad(x, (0, WINDOW - x.size % WINDOW))
-        probs = self.model.probabilities(padded)
+        probs = self._probabilities(padded)
         return speech_timestamps_from_probs(
             probs.tolist(), x.size, threshold=o.threshold,
             min_speech_duration_ms=o.min_speech_duration_ms,
