@@ -22,9 +22,11 @@ What this version runs: decoding at temperature 0, greedy (``beam_size=1``) or b
 (``beam_size`` > 1 with ``patience`` and ``length_penalty``, as CTranslate2 runs it), with or
 without timestamps, ``initial_prompt``, ``prefix`` (forced as the first window's first
 outputs, after <|0.00|> when timestamps are on, as CTranslate2 does), ``suppress_blank``,
-``suppress_tokens``, ``max_initial_timestamp``, the no-speech skip. Temperature fallback
-(sampling), word timestamps, the VAD filter and a prefix with beams are not in it yet: asking
-for them raises :class:`ASRError` saying so.
+``suppress_tokens``, ``max_initial_timestamp``, the no-speech skip, and the VAD filter
+(``vad_filter=True``: Silero VAD's speech chunks, :mod:`dasllama.vad`, are transcribed as one
+concatenated clip, the language detected on it, and the segment times mapped back, as
+faster-whisper does). Temperature fallback (sampling), word timestamps and a prefix with beams
+are not in it yet: asking for them raises :class:`ASRError` saying so.
 
 Multilingual models (whisper-base) start every window with <|startoftranscript|>, the
 language's token and the task's (<|transcribe|> or <|translate|>: speech in any language to
@@ -70,6 +72,9 @@ TIME_PRECISION = 0.02     # seconds a timestamp token stands for
 INPUT_STRIDE = 2          # mel frames per encoder row (conv2's stride)
 MAX_PROMPT_TOKENS = 223   # earlier text in a prompt: n_text_ctx // 2 - 1 tokens at most
 TASKS = ("transcribe", "translate")
+# The log-mel of digital silence, (log10(1e-10) + 4) / 4: faster-whisper's one feature frame
+# of an empty clip (what it detects the language on when the VAD filter keeps nothing).
+SILENT_MEL = -1.5
 # compute_type -> the C++ lane: float32 linears, or Q8_0 weights with 8-bit activations.
 _COMPUTE_TYPES = {"default": "f32", "auto": "f32", "float32": "f32", "f32": "f32",
                   "int8": "int8"}
@@ -123,6 +128,7 @@ class TranscriptionInfo:
     duration_after_vad: float
     all_language_probs: Optional[list] = None
     transcription_options: TranscriptionOptions = field(default_factory=TranscriptionOptions)
+    vad_options: Optional[object] = None
 
 
 def compression_ratio(text: str) -> float:
@@ -376,6 +382,7 @@ class ASR:
                    suppress_tokens: Optional[Sequence[int]] = (-1,),
                    without_timestamps: bool = False, max_initial_timestamp: float = 1.0,
                    word_timestamps: bool = False, vad_filter: bool = False,
+                   vad_parameters: Optional[Union[dict, object]] = None,
                    sample_rate: Optional[int] = None, multilingual: bool = False,
                    language_detection_threshold: float = 0.5,
                    language_detection_segments: int = 1,
@@ -400,12 +407,21 @@ class ASR:
                                "use temperature=0)")
         if word_timestamps:
             unsupported.append("word_timestamps=True")
-        if vad_filter:
-            unsupported.append("vad_filter=True")
         if unsupported:
             raise ASRError("not supported by this version: " + "; ".join(unsupported))
         self._check_task(language, task)
         samples = _audio.load(audio, SAMPLE_RATE, source_rate=sample_rate)
+        duration = samples.size / SAMPLE_RATE
+        vad_opts, speech_map = None, None
+        if vad_filter:   # transcribe the speech chunks as one clip (faster-whisper's way)
+            from . import vad as _vad
+            try:
+                vad_opts = _vad.vad_options(vad_parameters)
+            except _vad.VADError as e:
+                raise ASRError(str(e)) from None
+            chunks = _vad.default_vad().speech_chunks(samples, vad_opts)
+            samples = _vad.collect_chunks(samples, chunks)
+            speech_map = _vad.SpeechTimestampsMap(chunks, SAMPLE_RATE)
         options = TranscriptionOptions(
             beam_size=beam_size, patience=patience, length_penalty=length_penalty,
             temperatures=temps,
@@ -418,21 +434,35 @@ class ASR:
             without_timestamps=without_timestamps,
             max_initial_timestamp=max_initial_timestamp,
             multilingual=bool(multilingual) and self.multilingual)
-        duration = samples.size / SAMPLE_RATE
         probability, all_probs, mel, first = 1.0, None, None, None
         if language is None and self.multilingual:
             # faster-whisper detects on the whole clip's mel (its last frame included), so the
             # first window differs from the first decoding window unless the clip fills it
-            with self._lock:
-                mel = self.model.log_mel(samples)
+            if samples.size:
+                with self._lock:
+                    mel = self.model.log_mel(samples)
+            else:   # the VAD kept nothing: faster-whisper's features of no audio, one frame
+                mel = np.full((self.config["n_mels"], 1), SILENT_MEL, dtype=np.float32)
             language, probability, all_probs, first = self._detect(
                 mel, language_detection_segments, language_detection_threshold)
         language = language or "en"
         info = TranscriptionInfo(language=language, language_probability=probability,
-                                 duration=duration, duration_after_vad=duration,
-                                 all_language_probs=all_probs, transcription_options=options)
+                                 duration=duration, duration_after_vad=samples.size / SAMPLE_RATE,
+                                 all_language_probs=all_probs, transcription_options=options,
+                                 vad_options=vad_opts)
         task_state = _Task(self._sot_sequence(language, task), mel, first)
-        return self._segments(samples, options, task_state), info
+        segments = self._segments(samples, options, task_state)
+        if speech_map is not None:
+            segments = self._restore_times(segments, speech_map)
+        return segments, info
+
+    @staticmethod
+    def _restore_times(segments: Iterator[Segment], speech_map) -> Iterator[Segment]:
+        """Segment times in the concatenated speech -> times in the original audio."""
+        for s in segments:
+            s.start = speech_map.original_time(s.start)
+            s.end = speech_map.original_time(s.end, is_end=True)
+            yield s
 
     def _prompt(self, previous: List[int], o: TranscriptionOptions,
                 sot_sequence: Optional[List[int]] = None) -> List[int]:

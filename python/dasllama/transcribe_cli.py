@@ -6,6 +6,7 @@
     dasllama transcribe a.wav b.mp3 -f srt -o subs/     # one .srt per file in subs/
     dasllama transcribe talk.ogg -f json --compute-type int8
     dasllama transcribe rede.flac -m whisper-base --language de --translate   # English text
+    dasllama transcribe meeting.wav --vad               # transcribe only the speech (Silero VAD)
 
 Formats: txt (the segments' text, one a line), srt and vtt (subtitles with the segments'
 times), json (faster-whisper's segment fields and the info). With ``-o DIR`` each input gets
@@ -89,7 +90,8 @@ def _cmd_transcribe(args) -> int:
         segments, info = asr.transcribe(path, without_timestamps=args.without_timestamps,
                                         initial_prompt=args.initial_prompt,
                                         language=args.language,
-                                        task="translate" if args.translate else "transcribe")
+                                        task="translate" if args.translate else "transcribe",
+                                        vad_filter=args.vad)
         if show and info.all_language_probs is not None:
             print(f"{path}: detected language {info.language} "
                   f"(probability {info.language_probability:.2f})", file=sys.stderr)
@@ -125,6 +127,8 @@ def add_transcribe_parser(sub) -> argparse.ArgumentParser:
                         "default: detected from the first 30 s")
     p.add_argument("--translate", action="store_true",
                    help="English text from speech in any language (multilingual models)")
+    p.add_argument("--vad", action="store_true",
+                   help="skip non-speech first (Silero VAD, faster-whisper's default options)")
     p.add_argument("--progress", action="store_true", default=None,
                    help="print each segment to stderr as it is decoded (default: on a terminal)")
     p.set_defaults(run=_cmd_transcribe)
