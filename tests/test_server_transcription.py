@@ -262,6 +262,23 @@ def test_a_sampling_temperature_follows_the_asr(server, local_asr, expected):
     _still_serves(server, expected)
 
 
+def test_chunking_strategy_is_the_vad_filter(server, local_asr, expected):
+    """chunking_strategy (any value: "auto" or OpenAI's server_vad object) is
+    ASR.transcribe's vad_filter: the text equals transcribe with it, or the ASR's refusal is
+    the 400 naming chunking_strategy."""
+    from test_server_support import assert_error_shape
+
+    segments, refused = _accepts(local_asr, vad_filter=True)
+    r = _post(server, data={"chunking_strategy": "auto"})
+    if refused is not None:
+        err = assert_error_shape(r, 400, param_contains="chunking_strategy")
+        assert err["message"] == str(refused)
+    else:
+        assert r.status_code == 200, r.text
+        assert r.json()["text"] == _text(segments)
+    _still_serves(server, expected)
+
+
 def test_translation_on_an_english_only_model_is_400(client, server, expected):
     openai = require("openai")
     with open(_clip("gb_fast"), "rb") as f, pytest.raises(openai.BadRequestError) as e, \
