@@ -589,3 +589,52 @@ def test_without_python_multipart_the_routes_say_so(server, monkeypatch):
     assert cli.main(["serve", "--asr", "--port", "0"]) == 1
     monkeypatch.undo()
     assert _post(server).status_code == 200     # the control: with the package, it serves
+
+
+# =============================================================================================
+# A multilingual model: languages and translation
+# =============================================================================================
+
+MULTILINGUAL = "whisper-base"
+
+
+@pytest.fixture(scope="module")
+def multilingual(real_model):
+    """(server, in-process ASR) of the packaged multilingual whisper-base, next to tiny.en:
+    two ASR models in one server, routed by the model field."""
+    from dasllama.asr import ASR
+    from test_server_support import serve, spec
+
+    folder = str(real_model(MULTILINGUAL))
+    tiny = str(real_model(MODEL))
+    with ASR(folder, n_threads=THREADS) as asr, \
+            serve([spec(MULTILINGUAL, folder, kind="asr"), spec(MODEL, tiny, kind="asr")],
+                  threads=THREADS, request_timeout=120) as srv:
+        yield srv, asr
+
+
+def test_translation_and_language_on_a_multilingual_model(multilingual):
+    openai = require("openai")
+    from test_server_support import client as openai_client
+
+    srv, asr = multilingual
+    segments, _ = asr.transcribe(str(_clip("de_plain")), task="translate")
+    translated = _text(segments)
+    segments, info = asr.transcribe(str(_clip("de_plain")), language="de")
+    german = _text(segments)
+    assert translated and german and translated != german    # the control: two tasks differ
+    with openai_client(srv) as c:
+        with open(_clip("de_plain"), "rb") as f:
+            r = c.audio.transcriptions.create(model=MULTILINGUAL, file=f, language="de",
+                                              response_format="verbose_json")
+        assert r.text == german and r.language == info.language == "de"
+        with open(_clip("de_plain"), "rb") as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            t = c.audio.translations.create(model=MULTILINGUAL, file=f)
+        assert t.text == translated
+        with open(_clip("de_plain"), "rb") as f, pytest.raises(openai.BadRequestError), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            c.audio.translations.create(model=MODEL, file=f)   # the English-only one refuses
+    r = _post(srv, data={})        # two ASR models: the model field is required
+    assert r.status_code == 400 and r.json()["error"]["param"] == "model"
