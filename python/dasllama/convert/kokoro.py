@@ -60,14 +60,13 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import zipfile
 from pathlib import Path
 from typing import Any, Optional, Union
 
 import numpy as np
 
-from . import ConvertError, GGUFWriter, _string
+from . import ConvertError, GGUFWriter
 from .onnx_graph import OnnxGraph, module_path
 
 __all__ = ["convert_kokoro", "read_graph", "read_voices", "read_vocab", "STRUCTURAL_OPS"]
@@ -85,9 +84,6 @@ STRUCTURAL_OPS = {
 # The largest constant a structural op may carry (the sine generator's 9 harmonic factors,
 # a 4-d shape, ...); a bigger one is a weight no rule claimed.
 _SMALL_CONST = 16
-
-# GGUF tensor types this converter writes: name -> (ggml id, bytes per value).
-_TYPES = {"F32": (0, 4), "I8": (24, 1)}
 
 _PREDICTOR_PARTS = ("F0", "N", "F0_proj", "N_proj", "shared")
 
@@ -528,41 +524,6 @@ def read_vocab(path: Union[str, os.PathLike]) -> dict[str, int]:
 # Writing
 # =============================================================================================
 
-class _IntGGUFWriter(GGUFWriter):
-    """GGUFWriter with the one more type this converter needs: I8 (integer weights)."""
-
-    def write_typed(self, path: Union[str, os.PathLike],
-                    tensors: list[tuple[str, str, np.ndarray]]) -> Path:
-        path = Path(path)
-        align = self.ALIGNMENT
-        head = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(self._kv)))
-        for entry in self._kv:
-            head += entry
-        offset = 0
-        blobs = []
-        for name, gtype, values in tensors:
-            dtype = np.int8 if gtype == "I8" else np.float32
-            blob = np.ascontiguousarray(values, dtype=dtype).tobytes()
-            shape = values.shape if values.ndim else (1,)
-            head += _string(name) + struct.pack("<I", len(shape))
-            head += b"".join(struct.pack("<Q", d) for d in reversed(shape))  # innermost first
-            head += struct.pack("<IQ", _TYPES[gtype][0], offset)
-            offset += -(-len(blob) // align) * align
-            blobs.append(blob)
-        head += bytes(-len(head) % align)
-        tmp = path.with_name(path.name + ".part")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(head)
-                for blob in blobs:
-                    f.write(blob + bytes(-len(blob) % align))
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-        return path
-
-
 def convert_kokoro(model: Union[str, os.PathLike], voices: Union[str, os.PathLike],
                    output: Union[str, os.PathLike], *,
                    vocab: Optional[Union[str, os.PathLike]] = None,
@@ -591,7 +552,7 @@ def convert_kokoro(model: Union[str, os.PathLike], voices: Union[str, os.PathLik
         if v.shape[1] != style:
             raise ConvertError(f"{voices}: voice {vname!r} rows of {v.shape[1]} values; the "
                                f"graph's style is {style}")
-    w = _IntGGUFWriter()
+    w = GGUFWriter()
     w.add("general.architecture", "str", "kokoro")
     w.add("general.name", "str", name)
     w.add("general.file_type", "u32", 7 if meta["kokoro.quantized"][1] else 0)
@@ -604,4 +565,12 @@ def convert_kokoro(model: Union[str, os.PathLike], voices: Union[str, os.PathLik
     w.add("kokoro.voices", "str[]", sorted(packs))
     items = [(n, t, v) for n, (t, v) in sorted(tensors.items())]
     items += [(f"voice.{k}", "F32", packs[k]) for k in sorted(packs)]
-    return w.write_typed(output, items)
+    for tensor_name, gtype, values in items:
+        values = np.asarray(values)
+        shape = values.shape if values.ndim else (1,)
+        if gtype == "I8":   # integers as they are: the writer's encoders are for floats
+            w.add_encoded_tensor(tensor_name, shape, "I8",
+                                 lambda v=values: np.ascontiguousarray(v, np.int8).tobytes())
+        else:
+            w.add_tensor(tensor_name, shape, gtype, lambda v=values, s=shape: v.reshape(s))
+    return w.write(output)
