@@ -17,9 +17,10 @@ from .errors import DasllamaError
 from .asr import ASR
 from .llm import LLM
 from .tts import TTS
+from .vad import VAD
 
 __version__ = "0.1.0"
-__all__ = ["errors", "formats", "gguf", "models", "cpu_features", "DasllamaError", "ASR", "LLM", "TTS",
+__all__ = ["errors", "formats", "gguf", "models", "cpu_features", "DasllamaError", "ASR", "LLM", "TTS", "VAD",
            "__version__"]
 
 
