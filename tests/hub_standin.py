@@ -146,3 +146,12 @@ class StandInHub:
                 pass
 
         return Handler
+
+
+def point_at(hub: "StandInHub", monkeypatch, cache) -> None:
+    """An empty dasllama cache at ``cache`` and huggingface_hub pointed at the stand-in."""
+    monkeypatch.setenv("DASLLAMA_CACHE", str(cache))
+    monkeypatch.delenv("DASLLAMA_MODELS", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.delenv("HF_TOKEN", raising=False)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_standin import StandInHub
+from hub_standin import StandInHub, point_at
 from requires import require
 
 require("huggingface_hub")
@@ -85,11 +85,7 @@ def hub(files):
 @pytest.fixture
 def env(hub, monkeypatch, tmp_path):
     """An empty cache and huggingface_hub pointed at the stand-in."""
-    monkeypatch.setenv("DASLLAMA_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("DASLLAMA_MODELS", raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.delenv("HF_TOKEN", raising=False)
+    point_at(hub, monkeypatch, tmp_path / "cache")
     return tmp_path
 
 

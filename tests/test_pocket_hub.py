@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hub_standin import StandInHub
+from hub_standin import StandInHub, point_at
 from parity import check, rel_l2 as rel
 from requires import require
 
@@ -202,11 +202,7 @@ def hub(fx, voices):
 
 @pytest.fixture
 def env(hub, monkeypatch, tmp_path):
-    monkeypatch.setenv("DASLLAMA_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("DASLLAMA_MODELS", raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.delenv("HF_TOKEN", raising=False)
+    point_at(hub, monkeypatch, tmp_path / "cache")
     return tmp_path
 
 

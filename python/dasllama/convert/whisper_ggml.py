@@ -32,6 +32,7 @@ from typing import Union
 import numpy as np
 
 from . import ConvertError, GGUF_TYPES, encoded_nbytes
+from .bpe import bpe_by_rank, byte_encoder, merges_from_ranks
 from .whisper import (N_FFT, SAMPLE_RATE, WhisperTensor, read_whisper_dir,
                       write_whisper_gguf)
 
@@ -85,61 +86,12 @@ class GgmlWhisperError(ConvertError):
     message names the file, the field and its byte offset."""
 
 
-def byte_encoder() -> dict:
-    """GPT-2's reversible byte -> printable character map (what byte-level BPE tokens are
-    spelled in)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
-        list(range(ord("\u00ae"), ord("\u00ff") + 1))
-    cs = bs[:]
-    extra = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + extra)
-            extra += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
-def _bpe(word: bytes, ranks: dict, limit: int) -> list:
-    """Byte-level BPE of ``word`` by rank (tiktoken's rule: merge the adjacent pair whose join
-    has the lowest rank), using only tokens ranked below ``limit``."""
-    parts = [word[i:i + 1] for i in range(len(word))]
-    while len(parts) > 1:
-        best, at = None, -1
-        for i in range(len(parts) - 1):
-            r = ranks.get(parts[i] + parts[i + 1])
-            if r is not None and r < limit and (best is None or r < best):
-                best, at = r, i
-        if best is None:
-            break
-        parts[at:at + 2] = [parts[at] + parts[at + 1]]
-    return parts
-
-
-def merges_from_ranks(tokens: list) -> list:
-    """The GPT-2 merges ("a b", byte-level spelling) that rebuild every multi-byte token from
-    the tokens ranked below it: a token is its BPE's last merge."""
-    ranks = {t: i for i, t in enumerate(tokens)}
-    enc = byte_encoder()
-    spell = lambda b: "".join(enc[x] for x in b)   # noqa: E731
-    out = []
-    for rank, token in enumerate(tokens):
-        if len(token) < 2:
-            continue
-        parts = _bpe(token, ranks, rank)
-        if len(parts) != 2:
-            raise GgmlWhisperError(f"token {rank} ({token!r}) is not the merge of two lower-"
-                                   f"ranked tokens: the vocabulary is not a BPE rank table")
-        out.append(f"{spell(parts[0])} {spell(parts[1])}")
-    return out
-
-
 def non_speech_tokens(tokens: list) -> list:
     """OpenAI's non-speech token ids for a vocabulary of BPE tokens by rank."""
     ranks = {t: i for i, t in enumerate(tokens)}
 
     def encode(text: str) -> list:
-        return [ranks[p] for p in _bpe(text.encode("utf-8"), ranks, len(tokens))]
+        return [ranks[p] for p in bpe_by_rank(text.encode("utf-8"), ranks, len(tokens))]
 
     out = {encode(" -")[0], encode(" '")[0]}
     for symbol in _SYMBOLS + sorted(_MUSIC):
@@ -381,25 +333,23 @@ def convert_ggml_whisper(path: Union[str, os.PathLike], output: Union[str, os.Pa
                                (theirs + ".value", d, True)], 3 * d, d)
         linear(ours + ".out", [(theirs + ".out", d, True)], d, d)
 
+    def block(o: str, t: str, cross: bool) -> None:
+        norm(o + ".attn_ln", t + ".attn_ln")
+        attention(o + ".attn", t + ".attn")
+        if cross:
+            norm(o + ".cross_ln", t + ".cross_attn_ln")
+            linear(o + ".cross.q", [(t + ".cross_attn.query", d, True)], d, d)
+            linear(o + ".cross.kv", [(t + ".cross_attn.key", d, False),
+                                     (t + ".cross_attn.value", d, True)], 2 * d, d)
+            linear(o + ".cross.out", [(t + ".cross_attn.out", d, True)], d, d)
+        norm(o + ".mlp_ln", t + ".mlp_ln")
+        linear(o + ".mlp.fc1", [(t + ".mlp.0", 4 * d, True)], 4 * d, d)
+        linear(o + ".mlp.fc2", [(t + ".mlp.2", d, True)], d, 4 * d)
+
     for i in range(hp["n_audio_layer"]):
-        o, t = f"enc.blk.{i}", f"encoder.blocks.{i}"
-        norm(o + ".attn_ln", t + ".attn_ln")
-        attention(o + ".attn", t + ".attn")
-        norm(o + ".mlp_ln", t + ".mlp_ln")
-        linear(o + ".mlp.fc1", [(t + ".mlp.0", 4 * d, True)], 4 * d, d)
-        linear(o + ".mlp.fc2", [(t + ".mlp.2", d, True)], d, 4 * d)
+        block(f"enc.blk.{i}", f"encoder.blocks.{i}", cross=False)
     for i in range(hp["n_text_layer"]):
-        o, t = f"dec.blk.{i}", f"decoder.blocks.{i}"
-        norm(o + ".attn_ln", t + ".attn_ln")
-        attention(o + ".attn", t + ".attn")
-        norm(o + ".cross_ln", t + ".cross_attn_ln")
-        linear(o + ".cross.q", [(t + ".cross_attn.query", d, True)], d, d)
-        linear(o + ".cross.kv", [(t + ".cross_attn.key", d, False),
-                                 (t + ".cross_attn.value", d, True)], 2 * d, d)
-        linear(o + ".cross.out", [(t + ".cross_attn.out", d, True)], d, d)
-        norm(o + ".mlp_ln", t + ".mlp_ln")
-        linear(o + ".mlp.fc1", [(t + ".mlp.0", 4 * d, True)], 4 * d, d)
-        linear(o + ".mlp.fc2", [(t + ".mlp.2", d, True)], d, 4 * d)
+        block(f"dec.blk.{i}", f"decoder.blocks.{i}", cross=True)
     hparams = {k: hp[k] for k in ("n_mels", "n_audio_ctx", "n_audio_state", "n_audio_head",
                                   "n_audio_layer", "n_text_ctx", "n_text_state", "n_text_head",
                                   "n_text_layer", "n_vocab")}
@@ -468,36 +418,31 @@ def write_ggml_whisper(folder: Union[str, os.PathLike], output: Union[str, os.Pa
             rows += linear(name, w[k * d:(k + 1) * d], part_b if has_bias else None)
         return rows
 
+    def weights(theirs: str, ours: str) -> list:
+        return linear(theirs, ct2(ours + "/weight"), ct2(ours + "/bias"))
+
+    def block(t: str, c: str, cross: bool) -> list:
+        rows = norm(t + ".attn_ln", c + "/self_attention/layer_norm")
+        rows += split([(t + ".attn.query", True), (t + ".attn.key", False),
+                       (t + ".attn.value", True)], c + "/self_attention/linear_0")
+        rows += weights(t + ".attn.out", c + "/self_attention/linear_1")
+        if cross:
+            rows += norm(t + ".cross_attn_ln", c + "/attention/layer_norm")
+            rows += weights(t + ".cross_attn.query", c + "/attention/linear_0")
+            rows += split([(t + ".cross_attn.key", False), (t + ".cross_attn.value", True)],
+                          c + "/attention/linear_1")
+            rows += weights(t + ".cross_attn.out", c + "/attention/linear_2")
+        rows += norm(t + ".mlp_ln", c + "/ffn/layer_norm")
+        rows += weights(t + ".mlp.0", c + "/ffn/linear_0")
+        return rows + weights(t + ".mlp.2", c + "/ffn/linear_1")
+
     for i in range(hp["n_audio_layer"]):
-        t, c = f"encoder.blocks.{i}", f"encoder/layer_{i}"
-        out += norm(t + ".attn_ln", c + "/self_attention/layer_norm")
-        out += split([(t + ".attn.query", True), (t + ".attn.key", False),
-                      (t + ".attn.value", True)], c + "/self_attention/linear_0")
-        out += linear(t + ".attn.out", ct2(c + "/self_attention/linear_1/weight"),
-                      ct2(c + "/self_attention/linear_1/bias"))
-        out += norm(t + ".mlp_ln", c + "/ffn/layer_norm")
-        out += linear(t + ".mlp.0", ct2(c + "/ffn/linear_0/weight"), ct2(c + "/ffn/linear_0/bias"))
-        out += linear(t + ".mlp.2", ct2(c + "/ffn/linear_1/weight"), ct2(c + "/ffn/linear_1/bias"))
+        out += block(f"encoder.blocks.{i}", f"encoder/layer_{i}", cross=False)
     out += norm("encoder.ln_post", "encoder/layer_norm")
     out += [("decoder.positional_embedding", ct2("decoder/position_encodings/encodings"), "F32"),
             ("decoder.token_embedding.weight", ct2("decoder/embeddings/weight"), matrix_type)]
     for i in range(hp["n_text_layer"]):
-        t, c = f"decoder.blocks.{i}", f"decoder/layer_{i}"
-        out += norm(t + ".attn_ln", c + "/self_attention/layer_norm")
-        out += split([(t + ".attn.query", True), (t + ".attn.key", False),
-                      (t + ".attn.value", True)], c + "/self_attention/linear_0")
-        out += linear(t + ".attn.out", ct2(c + "/self_attention/linear_1/weight"),
-                      ct2(c + "/self_attention/linear_1/bias"))
-        out += norm(t + ".cross_attn_ln", c + "/attention/layer_norm")
-        out += linear(t + ".cross_attn.query", ct2(c + "/attention/linear_0/weight"),
-                      ct2(c + "/attention/linear_0/bias"))
-        out += split([(t + ".cross_attn.key", False), (t + ".cross_attn.value", True)],
-                     c + "/attention/linear_1")
-        out += linear(t + ".cross_attn.out", ct2(c + "/attention/linear_2/weight"),
-                      ct2(c + "/attention/linear_2/bias"))
-        out += norm(t + ".mlp_ln", c + "/ffn/layer_norm")
-        out += linear(t + ".mlp.0", ct2(c + "/ffn/linear_0/weight"), ct2(c + "/ffn/linear_0/bias"))
-        out += linear(t + ".mlp.2", ct2(c + "/ffn/linear_1/weight"), ct2(c + "/ffn/linear_1/bias"))
+        out += block(f"decoder.blocks.{i}", f"decoder/layer_{i}", cross=True)
     out += norm("decoder.ln", "decoder/layer_norm")
 
     from .. import formats

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import gguf
 
+from ..convert.bpe import byte_encoder as bytes_to_unicode  # GPT-2's byte spelling
+
 NORMAL = int(gguf.TokenType.NORMAL)
 UNKNOWN = int(gguf.TokenType.UNKNOWN)
 CONTROL = int(gguf.TokenType.CONTROL)
@@ -51,20 +53,6 @@ When the prompt is long, the prefill step processes many tokens together; decodi
 Rain, snow, wind and sunshine: the seasons turn, and the trees in the garden change their colours.
 An interesting question is whether a tiny vocabulary can still encode any string of bytes. It can.
 """
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable unicode character table (256 entries, in order)."""
-    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-          + list(range(ord("®"), ord("ÿ") + 1)))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
 
 
 def train_bpe(words: Counter, n_new: int) -> tuple[list[tuple[str, str]], list[str]]:
