@@ -1,6 +1,7 @@
 // Activations the shared blocks need beyond cpu/ops.h's: the erf GELU, the exponentials of
-// a softmax row and a row's log-sum-exp. A dispatched family (cpu/dispatch.h): generic kernels in activations.cpp,
-// AVX2 + FMA ones in activations_avx2.cpp, picked once from the CPU's features;
+// a softmax row and a row's log-sum-exp. A dispatched family (cpu/dispatch.h): generic
+// kernels in activations.cpp, AVX2 + FMA ones in activations_avx2.cpp, picked once from the
+// CPU's features;
 // tests/cpp/test_nn.cpp checks every variant against double precision.
 #pragma once
 

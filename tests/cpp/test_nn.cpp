@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "check.h"
+#include "compare.h"
 #include "core/errors.h"
 #include "core/thread_pool.h"
 #include "nn/activations.h"
@@ -34,32 +35,10 @@ constexpr double kBarSoftmax = 1.5e-7;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
-
-double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-        den += want[i] * want[i];
-    }
-    return std::sqrt(num / den);
-}
-
-bool within(const char* what, double err, double bar) {
-    std::printf("  %-44s rel-l2 %.3e  (bar %.1e)\n", what, err, bar);
-    return err <= bar;
-}
-
-bool bites(const char* what, double err, double bar) {
-    std::printf("  %-44s rel-l2 %.3e  (must be > %.1e)\n", what, err, 10 * bar);
-    return err > 10 * bar;
-}
+using compare::bites;
+using compare::randn;
+using compare::rel_l2;
+using compare::within;
 
 // x [T, Cin] time-major, w [Cout, Cin, K] -> [T_out, Cout]
 std::vector<double> naive_conv(const std::vector<float>& x, int64_t T, int64_t cin,
@@ -270,9 +249,10 @@ TEST(log_sum_exp_matches_double) {
                 const int64_t drop = int64_t(std::max_element(x.begin(), x.end()) - x.begin());
                 auto y = x;
                 y[size_t(drop)] = -INFINITY;
-                const double off = std::fabs(nn::act::variant(isa).log_sum_exp(y.data(), n) - want);
-                std::printf("    control: the largest logit left out   abs err %.3e  (must be > %.1e)\n",
-                            off, 10 * kBarLogSumExp);
+                const double off =
+                    std::fabs(nn::act::variant(isa).log_sum_exp(y.data(), n) - want);
+                std::printf("    control: the largest logit left out   abs err %.3e  "
+                            "(must be > %.1e)\n", off, 10 * kBarLogSumExp);
                 CHECK(off > 10 * kBarLogSumExp);
             }
         }

@@ -112,16 +112,9 @@ DecodeResult beam_decode(Decoder& dec, const WhisperConfig& c, const std::vector
         scores = std::move(next_scores);
     }
     // the best by score / length^length_penalty (the first of equals)
-    size_t best = 0;
-    double best_norm = -std::numeric_limits<double>::infinity();
-    for (size_t i = 0; i < hyps.size(); ++i) {
-        const double norm =
-            normalized_score(hyps[i].score, hyps[i].tokens.size(), b.length_penalty);
-        if (i == 0 || norm > best_norm) {
-            best = i;
-            best_norm = norm;
-        }
-    }
+    const size_t best = first_best(hyps.size(), [&](size_t i) {
+        return normalized_score(hyps[i].score, hyps[i].tokens.size(), b.length_penalty);
+    });
     r.tokens = hyps[best].tokens;
     r.sum_logprob = hyps[best].score;
     return r;

@@ -3,15 +3,13 @@
 #include <cmath>
 #include <string>
 
+#include "asr/whisper/blocks.h"
 #include "core/errors.h"
 #include "nn/activations.h"
 #include "nn/layer_norm.h"
 
 namespace dasllama::whisper {
 
-namespace {
-constexpr double kLnEps = 1e-5;
-}
 
 Decoder::Decoder(WhisperWeights& w, int n_threads)
     : w_(w),
@@ -148,7 +146,7 @@ const float* Decoder::run(const int32_t* tokens, int64_t n, ThreadPool& pool, in
     for (int64_t i = 0; i < c.n_text_layer; ++i) {
         const DecoderLayer& l = w_.dec[size_t(i)];
         // causal self-attention over the cache
-        nn::layer_norm(x, l.attn_ln.w.data(), l.attn_ln.b.data(), n, d, kLnEps, h_.data());
+        nn::layer_norm(x, l.attn_ln.w.data(), l.attn_ln.b.data(), n, d, kLayerNormEps, h_.data());
         nn::linear(l.qkv, h_.data(), n, qkv_.data(), pool, w_.precision);
         for (int64_t t = 0; t < n; ++t) {
             const float* r = qkv_.data() + t * 3 * d;
@@ -178,20 +176,17 @@ const float* Decoder::run(const int32_t* tokens, int64_t n, ThreadPool& pool, in
         nn::linear(l.out, attn_.data(), n, proj_.data(), pool, w_.precision);
         cpu::add(x, proj_.data(), n * d);
         // cross-attention to the window
-        nn::layer_norm(x, l.cross_ln.w.data(), l.cross_ln.b.data(), n, d, kLnEps, h_.data());
+        nn::layer_norm(x, l.cross_ln.w.data(), l.cross_ln.b.data(), n, d, kLayerNormEps, h_.data());
         nn::linear(l.cross_q, h_.data(), n, q_.data(), pool, w_.precision);
         nn::attend_all(cross_[size_t(i)], q_.data(), d, n, shape.scale, attn_.data(), d, pool,
                        cross_scratch_);
         nn::linear(l.cross_out, attn_.data(), n, proj_.data(), pool, w_.precision);
         cpu::add(x, proj_.data(), n * d);
         // MLP
-        nn::layer_norm(x, l.mlp_ln.w.data(), l.mlp_ln.b.data(), n, d, kLnEps, h_.data());
-        nn::linear(l.fc1, h_.data(), n, ff_.data(), pool, w_.precision);
-        nn::gelu_erf(ff_.data(), n * 4 * d, pool);
-        nn::linear(l.fc2, ff_.data(), n, proj_.data(), pool, w_.precision);
-        cpu::add(x, proj_.data(), n * d);
+        residual_mlp(l.mlp_ln, l.fc1, l.fc2, x, n, d, w_.precision, pool, h_.data(), ff_.data(),
+                     proj_.data());
     }
-    nn::layer_norm(x, w_.dec_ln.w.data(), w_.dec_ln.b.data(), n, d, kLnEps, x);
+    nn::layer_norm(x, w_.dec_ln.w.data(), w_.dec_ln.b.data(), n, d, kLayerNormEps, x);
     return x;
 }
 

@@ -97,16 +97,9 @@ DecodeResult sample_decode(Decoder& dec, const WhisperConfig& c, const std::vect
                                             : dec.forward_slots(last.data(), pool);
         dec.logits(h, int64_t(active.size()), zs.data(), pool);
     }
-    size_t best = 0;
-    double best_score = 0.0;
-    for (size_t i = 0; i < cands.size(); ++i) {
-        const double score =
-            normalized_score(cands[i].sum_logprob, cands[i].tokens.size(), s.length_penalty);
-        if (i == 0 || score > best_score) {
-            best = i;
-            best_score = score;
-        }
-    }
+    const size_t best = first_best(cands.size(), [&](size_t i) {
+        return normalized_score(cands[i].sum_logprob, cands[i].tokens.size(), s.length_penalty);
+    });
     r.tokens = std::move(cands[best].tokens);
     r.sum_logprob = cands[best].sum_logprob;
     return r;

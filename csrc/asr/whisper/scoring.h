@@ -40,6 +40,21 @@ float run_prompt(Decoder& dec, const WhisperConfig& c, const std::vector<int32_t
 // normalization; n_tokens without <|endoftext|>).
 double normalized_score(double sum_logprob, size_t n_tokens, float length_penalty);
 
+// The index of the highest of score(0) .. score(n - 1), the first of equals; n > 0.
+template <class Score>
+size_t first_best(size_t n, Score score) {
+    size_t best = 0;
+    double best_score = score(size_t(0));
+    for (size_t i = 1; i < n; ++i) {
+        const double s = score(i);
+        if (s > best_score) {
+            best = i;
+            best_score = s;
+        }
+    }
+    return best;
+}
+
 // The k highest logits' token ids into `ids`, highest first, equal logits lower id first (the
 // order a stable sort of the log-probabilities gives). k is clamped to [0, n].
 void top_logits(const float* z, int64_t n, int k, std::vector<int32_t>& ids);

@@ -1,6 +1,7 @@
 // Whisper on the CPU: the stages of one model file behind one object (weights.h, mel.h,
-// encoder.h, decoder.h, greedy.h, beam.h, sampling.h). The window loop of a long clip (seeking, prompts from
-// earlier text, segments) is dasllama.asr's. Not thread-safe: one call at a time.
+// encoder.h, decoder.h, greedy.h, beam.h, sampling.h). The window loop of a long clip
+// (seeking, prompts from earlier text, segments) is dasllama.asr's. Not thread-safe: one call
+// at a time.
 #pragma once
 
 #include <cstdint>

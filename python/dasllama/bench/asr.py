@@ -49,7 +49,6 @@ Method, as the other benches:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -61,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .llm import BenchError, schedule
+from .llm import BenchError, _sha256, schedule
 from .record import NOISE_CV
 from .stats import summarize
 
@@ -506,14 +505,6 @@ def model_source(name_or_path) -> Path:
                          f"(model.bin, config.json, ...); faster-whisper reads only that, so "
                          f"the benchmark needs it (the same weights for both engines)")
     return folder
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def model_info(folder: Path) -> dict:
