@@ -2,7 +2,7 @@
 Fake runners check the structure (validation before timing, which is also the warm-up;
 alternating requests; three rows per engine and cell from the same requests; the noisy re-run;
 the disturbed-request re-run of --quiet-wait; a stop keeps the finished cells; the memory
-pass), that the record follows bench/schema.json with every dasllama row paired, and that
+pass, first), that the record follows bench/schema.json with every dasllama row paired, and that
 failures name what failed. The built clips and the word error rate are checked on known
 inputs. One real run (a 6 s clip, one request, float32, beam 1) goes through the command line
 and both runner processes. Nothing here is timed against a bar."""
@@ -171,13 +171,13 @@ def test_requests_alternate_after_validation_and_rows_pair(monkeypatch):
     cells = 2 * 2 * 2
     assert len(result["rows"]) == 3 * 2 * cells
     timed = [r for r in opened if r.calls and len(r.calls) > 1]
-    # per precision: one runner per engine serving 4 cells of 1 + 3 requests; then the memory
-    # pass opens one more runner per (precision, engine) for one request on the longest clip
-    assert len(opened) == 2 * 2 + 2 * 2
+    # first the memory pass: a runner per (precision, engine) for one request on the longest
+    # clip; then per precision one runner per engine serving 4 cells of 1 + 3 requests
+    assert len(opened) == 2 * 2 + 2 * 2 and len(timed) == 4
     for r in timed:
         assert r.calls == [(c, b) for b in (1, 5) for c in ("clip_5s.npy", "clip_9s.npy")
                            for _ in range(4)]
-    memory_runners = opened[4:]
+    memory_runners = opened[:4]
     assert all(r.calls == [("clip_9s.npy", 5)] for r in memory_runners)
     assert all(r.closed for r in opened)
     rec = finish(result)
@@ -247,7 +247,8 @@ def test_a_stop_keeps_the_finished_cells(monkeypatch):
             if "9s" in Path(clip).name:
                 raise KeyboardInterrupt
             return super().run(clip, beam)
-    result, opened = _fake(monkeypatch, lambda e, ct: Interrupting(e, ct), clip_seconds=(5, 9))
+    result, opened = _fake(monkeypatch, lambda e, ct: Interrupting(e, ct), clip_seconds=(5, 9),
+                           memory=False)
     assert len(result["rows"]) == 6 and result["stopped"]["rows_planned"] == 12
     assert result["stopped"]["during"]["cell"] == "9s int8 beam 1"
     assert all(r.closed for r in opened)

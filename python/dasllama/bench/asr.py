@@ -41,7 +41,7 @@ Method, as the other benches:
   the rest of the machine to be quiet, measures the CPU time others used during it, and runs a
   disturbed request again (at most 3 times); the rows keep what the discarded attempts
   measured (``disturbed_samples``), the seconds waited and others' CPU seconds.
-* Memory: after the timed cells, each engine opens the model again in a fresh runner and
+* Memory: before the timed cells, each engine opens the model in a fresh runner and
   transcribes the longest clip at the largest beam once; the record's ``memory`` holds that
   process's peak RSS, its RSS before and after the model loaded, and the model file's size.
 """
@@ -569,6 +569,15 @@ def benchmark(model, *, engines: Sequence[str] = ENGINES, threads: int, reps: in
             paths[s] = Path(tmp) / f"clip_{int(round(s))}s.npy"
             np.save(paths[s], build_clip(sources, s))
         try:
+            if memory:   # first, so that a run stopped early still has it
+                longest, widest = max(clip_seconds), max(beams)
+                for ct in compute_types:
+                    for e in engines:
+                        current.update(compute_type=ct, engine=e, stage="memory")
+                        result["memory"].append(_memory(open_runner, e, folder, ct, threads,
+                                                        paths[longest], longest, widest,
+                                                        info))
+                        on_event("note", message=_memory_line(result["memory"][-1]))
             for ct in compute_types:
                 runners = []
                 try:
@@ -598,16 +607,6 @@ def benchmark(model, *, engines: Sequence[str] = ENGINES, threads: int, reps: in
                 finally:
                     for r in runners:
                         r.close()
-            if memory:
-                longest, widest = max(clip_seconds), max(beams)
-                for ct in compute_types:
-                    for e in engines:
-                        current.update(compute_type=ct, engine=e, stage="memory")
-                        result["memory"].append(_memory(open_runner, e, folder, ct, threads,
-                                                        paths[longest], longest, widest,
-                                                        info))
-                        on_event("note", message=_memory_line(result["memory"][-1]))
-                on_rows(result)
         except KeyboardInterrupt as stop:
             result["stopped"] = {"signal": getattr(stop, "signal_name", "SIGINT"),
                                  "rows_done": len(result["rows"]), "rows_planned": total,
