@@ -278,3 +278,141 @@ def test_a_file_that_is_not_whisper_is_refused(tmp_path, random_gguf, monkeypatc
     cut = cw.convert_whisper(random_gguf.parent / "model", tmp_path / "cut.gguf")
     with pytest.raises(GGUFError, match="cut.gguf: tensor 'enc.blk.1.mlp.fc2.bias' is missing"):
         _core.WhisperModel(str(cut), 1)
+
+
+# =============================================================================================
+# Temperature fallback and sampling on the real model (the rules themselves are compared with
+# faster-whisper's function in test_asr_faster_whisper.py)
+# =============================================================================================
+
+class RecordingModel:
+    """The C++ model with every generate call recorded: the prompt, the temperature, the beam
+    size and best_of asked for, and the tokens and average log-probability it gave."""
+
+    def __init__(self, model):
+        self._model, self.calls = model, []
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def generate(self, prompt, *args):
+        out = self._model.generate(prompt, *args)
+        tokens = list(out[0])
+        self.calls.append({"prompt": list(prompt), "beam_size": args[5], "temperature": args[8],
+                           "best_of": args[9], "seed": args[10], "tokens": tokens,
+                           "avg_logprob": out[1] / (len(tokens) + 1)})
+        return out
+
+
+@pytest.fixture(scope="module")
+def real_asr(real_gguf):
+    import dasllama
+    return dasllama.ASR(real_gguf, n_threads=2)
+
+
+def recorded(asr, clip, **options):
+    asr.model = RecordingModel(asr.model)
+    try:
+        segments = list(asr.transcribe(speech(clip), **options)[0])
+        return segments, asr.model.calls
+    finally:
+        asr.model = asr.model._model
+
+
+def test_fallback_stops_at_zero_when_it_passes(real_asr):
+    segments, calls = recorded(real_asr, "us_plain.flac", beam_size=1)
+    assert [c["temperature"] for c in calls] == [0.0]
+    assert segments and all(s.temperature == 0.0 for s in segments)
+
+
+def test_fallback_tries_every_temperature_and_keeps_the_likeliest(real_asr):
+    """compression_ratio_threshold=0 fails every result (a ratio is always above 0): all six
+    temperatures are tried, sampling above 0 with beam size 1 and best_of candidates, and the
+    result kept is the one of best average log-probability, with the last temperature."""
+    from dasllama.asr import DEFAULT_TEMPERATURES
+    segments, calls = recorded(real_asr, "us_plain.flac", beam_size=3, best_of=2,
+                               compression_ratio_threshold=0.0)
+    assert [c["temperature"] for c in calls] == list(DEFAULT_TEMPERATURES)
+    assert [c["beam_size"] for c in calls] == [3, 1, 1, 1, 1, 1]
+    assert all(c["best_of"] == 2 for c in calls)
+    best = max(calls, key=lambda c: c["avg_logprob"])
+    print("avg logprob by temperature:", [(c["temperature"], round(c["avg_logprob"], 3))
+                                          for c in calls])
+    assert segments and all(s.temperature == 1.0 for s in segments)
+    kept = [t for s in segments for t in s.tokens]   # the window's tokens, cut in segments
+    assert kept and kept == best["tokens"][:len(kept)]
+    assert segments[0].avg_logprob == pytest.approx(best["avg_logprob"], abs=1e-12)
+
+
+def test_a_silent_looking_window_is_not_retried(real_asr):
+    """no_speech_threshold=0 makes every window look silent and log_prob_threshold=0 makes
+    every result unlikely: the silence exception keeps the first result (no retry), and the
+    no-speech skip then drops the window. Without the no-speech threshold (the control) the
+    same unlikely results are retried at every temperature."""
+    segments, calls = recorded(real_asr, "gb_fast.flac", best_of=1, no_speech_threshold=0.0,
+                               log_prob_threshold=0.0)
+    assert [c["temperature"] for c in calls] == [0.0] and segments == []
+    segments, calls = recorded(real_asr, "gb_fast.flac", best_of=1, no_speech_threshold=None,
+                               log_prob_threshold=0.0)
+    assert len(calls) == 6 and segments
+
+
+@pytest.mark.parametrize("reset_above, reset", [(0.5, True), (1.0, False)])
+def test_a_hot_window_resets_the_next_prompt(real_asr, reset_above, reset):
+    """Every window fails (compression threshold 0) and ends at temperature 1.0: above
+    prompt_reset_on_temperature=0.5 the second window's prompt has no earlier text; at 1.0
+    (not above) it keeps the first window's text after <|startofprev|>."""
+    segments, calls = recorded(real_asr, "over_30s.flac", best_of=1,
+                               compression_ratio_threshold=0.0,
+                               prompt_reset_on_temperature=reset_above)
+    first = [c for c in calls if c["prompt"][0] != real_asr.tokens["sot_prev"]]
+    later = [c for c in calls if c not in first]
+    assert len(calls) == 12 and segments[-1].seek > 0      # two windows, six tries each
+    if reset:
+        assert later == [] and all(c["prompt"] == calls[0]["prompt"] for c in calls)
+    else:
+        assert len(later) == 6 and all(c["prompt"][0] == real_asr.tokens["sot_prev"]
+                                       for c in later)
+
+
+def test_seeded_sampling_is_reproducible_and_seeds_differ(real_asr):
+    """Sampling on one window: the same seed gives the same tokens; other seeds give other
+    tokens; at a temperature near 0 sampling is greedy decoding (the control that the draw
+    follows the softmax), while at 1.5 it is not."""
+    m = real_asr.model
+    cfg = real_asr.config
+    window = np.zeros((cfg["n_mels"], cfg["n_frames"]), np.float32)
+    x = speech("us_plain.flac")
+    n = x.size // cfg["hop_length"]
+    window[:, :n] = m.log_mel(x)[:, :n]
+    m.encode(window)
+    prompt = [real_asr.tokens["sot"]]
+    suppress = real_asr.suppressed_tokens([-1])
+
+    def sample(t, seed, best_of=1):
+        tokens, sum_logprob, _ = m.generate(prompt, suppress, True, 50, cfg["n_text_ctx"], [],
+                                            1, 1.0, 1.0, t, best_of, seed)
+        return list(tokens), sum_logprob
+
+    greedy, greedy_lp = m.generate(prompt, suppress, True, 50, cfg["n_text_ctx"])[:2]
+    assert sample(0.8, 7) == sample(0.8, 7)
+    assert sample(0.8, 7, best_of=3) == sample(0.8, 7, best_of=3)
+    draws = {tuple(sample(0.8, seed)[0]) for seed in range(6)}
+    print("distinct samples of 6 seeds at 0.8:", len(draws))
+    assert len(draws) >= 3
+    cold, cold_lp = sample(1e-4, 3)
+    assert cold == list(greedy) and cold_lp == pytest.approx(greedy_lp, abs=1e-9)
+    assert sample(1.5, 3)[0] != list(greedy)
+    with pytest.raises(Exception, match="best_of 0 < 1"):
+        sample(0.5, 1, best_of=0)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(temperature=-0.2), "temperature -0.2"), (dict(temperature=float("nan")), "temperature"),
+    (dict(temperature=[]), "temperature"), (dict(temperature="hot"), "temperature 'hot'"),
+    (dict(temperature=[0.0, -1.0]), "temperature"), (dict(best_of=0), "best_of 0"),
+    (dict(seed=-1), "seed -1")])
+def test_bad_fallback_options_are_named(real_asr, options, message):
+    from dasllama.asr import ASRError
+    with pytest.raises(ASRError, match=message):
+        real_asr.transcribe(np.zeros(16000, np.float32), **options)

@@ -143,7 +143,7 @@ void bind_asr(py::module_& m) {
                 const std::vector<int32_t>& suppress_tokens, bool suppress_blank,
                 int64_t max_initial_timestamp_index, int64_t max_length,
                 const std::vector<int32_t>& prefix, int beam_size, float patience,
-                float length_penalty) {
+                float length_penalty, float temperature, int best_of, uint64_t seed) {
                  whisper::DecodeOptions o;
                  o.suppress_tokens = suppress_tokens;
                  o.suppress_blank = suppress_blank;
@@ -155,7 +155,11 @@ void bind_asr(py::module_& m) {
                      throw ShapeError("generate: beam_size " + std::to_string(beam_size) +
                                       " < 1");
                  whisper::DecodeResult r;
-                 {
+                 if (temperature > 0.0f) {
+                     whisper::SampleOptions so{temperature, best_of, length_penalty, seed};
+                     py::gil_scoped_release nogil;
+                     r = w.sample(prompt, o, so);
+                 } else {
                      py::gil_scoped_release nogil;
                      r = w.generate(prompt, o, b);
                  }
@@ -165,9 +169,12 @@ void bind_asr(py::module_& m) {
              py::arg("max_initial_timestamp_index") = 50, py::arg("max_length") = 0,
              py::arg("prefix") = std::vector<int32_t>{}, py::arg("beam_size") = 1,
              py::arg("patience") = 1.0f, py::arg("length_penalty") = 1.0f,
+             py::arg("temperature") = 0.0f, py::arg("best_of") = 1, py::arg("seed") = 0,
              "greedy decoding (beam search when beam_size > 1) on the window: (tokens, "
              "sum_logprob, no_speech_prob); prefix: tokens forced first (part of the output, "
-             "scored 0; greedy only)");
+             "scored 0; not with beams). temperature > 0: best_of candidates sampled from "
+             "softmax(logits / temperature) with a generator seeded by seed (beam_size is "
+             "then not used); the best by sum_logprob / length^length_penalty is returned");
 }
 
 }  // namespace dasllama::bindings

@@ -7,8 +7,10 @@
 // - FAMILY_<level>.cpp (avx2, avx512, amx, neon) defines `const Table* FAMILY::kernels_<level>()`:
 //   its table, or nullptr when its guard macros say the compiler could not build it. Every
 //   entry is filled; a kernel a level does not speed up points at the generic function.
-// - FAMILY.cpp lists the tables, best first, generic last, in one Variants<Table>; the
-//   public entry points call through active(), chosen once from cpu_features().
+// - FAMILY.cpp lists the tables, best first, generic last, in one Variants<Table> returned by
+//   its `variants()`; DASLLAMA_VARIANT_ENTRY_POINTS(Table) then defines the family's
+//   available_variants(), variant(isa) and active() over it. The public entry points call
+//   through active(), chosen once from cpu_features().
 //
 // Only the files of this build's architecture exist (CMakeLists.txt drops the others), so
 // the list names x86 tables under DASLLAMA_X86 and arm64 tables under DASLLAMA_ARM64.
@@ -31,6 +33,7 @@ public:
     Variants(std::initializer_list<const Table*> tables) {
         for (const Table* t : tables)
             if (t) tables_.push_back(t);
+        chosen_ = &best();
     }
 
     // The best table this process may run (generic is always allowed).
@@ -39,6 +42,9 @@ public:
             if (cpu_features().allows(t->isa)) return *t;
         return *tables_.back();
     }
+
+    // best(), chosen when the list is made and kept (the entry points' table).
+    const Table& active() const { return *chosen_; }
 
     // The levels this process may run, best first: for tests and reports.
     std::vector<std::string> names() const {
@@ -58,6 +64,15 @@ public:
 
 private:
     std::vector<const Table*> tables_;
+    const Table* chosen_ = nullptr;
 };
 
 }  // namespace dasllama::cpu
+
+// A family's three public entry points over its list `variants()` (a function returning its
+// Variants<Table>, defined before this in the family's namespace): the levels this process may
+// run best first, a table by level (Error when not available), and the active table.
+#define DASLLAMA_VARIANT_ENTRY_POINTS(Table)                                          \
+    std::vector<std::string> available_variants() { return variants().names(); }     \
+    const Table& variant(std::string_view isa) { return variants().get(isa); }       \
+    const Table& active() { return variants().active(); }

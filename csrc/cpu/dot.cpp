@@ -54,13 +54,7 @@ const Variants<Kernels>& variants() {
 
 }  // namespace
 
-std::vector<std::string> available_variants() { return variants().names(); }
-const Kernels& variant(std::string_view isa) { return variants().get(isa); }
-
-const Kernels& active() {
-    static const Kernels& chosen = variants().best();
-    return chosen;
-}
+DASLLAMA_VARIANT_ENTRY_POINTS(Kernels)
 
 }  // namespace dot
 

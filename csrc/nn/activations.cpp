@@ -27,7 +27,15 @@ void softmax_row_generic(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-const Kernels generic{"generic", gelu_erf_generic, softmax_row_generic};
+double log_sum_exp_generic(const float* x, int64_t n) {
+    const float m = *std::max_element(x, x + n);
+    if (std::isinf(m) && m < 0) return double(m);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += std::exp(double(x[i]) - double(m));
+    return double(m) + std::log(sum);
+}
+
+const Kernels generic{"generic", gelu_erf_generic, softmax_row_generic, log_sum_exp_generic};
 
 const cpu::Variants<Kernels>& variants() {
     static const cpu::Variants<Kernels> list{
@@ -40,12 +48,7 @@ const cpu::Variants<Kernels>& variants() {
 
 }  // namespace
 
-std::vector<std::string> available_variants() { return variants().names(); }
-const Kernels& variant(std::string_view isa) { return variants().get(isa); }
-const Kernels& active() {
-    static const Kernels& chosen = variants().best();
-    return chosen;
-}
+DASLLAMA_VARIANT_ENTRY_POINTS(Kernels)
 
 }  // namespace act
 
@@ -68,5 +71,7 @@ void gelu_erf(float* x, int64_t n, ThreadPool& pool) {
 }
 
 void softmax_row(float* x, int64_t n) { act::active().softmax_row(x, n); }
+
+double log_sum_exp(const float* x, int64_t n) { return act::active().log_sum_exp(x, n); }
 
 }  // namespace dasllama::nn

@@ -18,15 +18,24 @@ while its average log-probability is at most ``log_prob_threshold`` is skipped; 
 earlier windows (up to 223 tokens) is the next window's prompt unless
 ``condition_on_previous_text`` is off.
 
-What this version runs: decoding at temperature 0, greedy (``beam_size=1``) or beam search
-(``beam_size`` > 1 with ``patience`` and ``length_penalty``, as CTranslate2 runs it), with or
-without timestamps, ``initial_prompt``, ``prefix`` (forced as the first window's first
-outputs, after <|0.00|> when timestamps are on, as CTranslate2 does), ``suppress_blank``,
-``suppress_tokens``, ``max_initial_timestamp``, the no-speech skip, and the VAD filter
-(``vad_filter=True``: Silero VAD's speech chunks, :mod:`dasllama.vad`, are transcribed as one
-concatenated clip, the language detected on it, and the segment times mapped back, as
-faster-whisper does). Temperature fallback (sampling), word timestamps and a prefix with beams
-are not in it yet: asking for them raises :class:`ASRError` saying so.
+What this version runs: greedy decoding (``beam_size=1``) or beam search (``beam_size`` > 1
+with ``patience`` and ``length_penalty``, as CTranslate2 runs it) at temperature 0, and the
+temperature fallback of faster-whisper 1.2.1 (``generate_with_fallback``): the temperatures are
+tried in order; above 0, ``best_of`` candidates are sampled (beam size 1) and the best by
+length-normalized log-probability is taken; a result is kept unless its compression ratio
+(zlib) is above ``compression_ratio_threshold`` or its average log-probability is below
+``log_prob_threshold`` (a window that looks silent, no-speech probability above
+``no_speech_threshold`` with a low log-probability, is kept as it is); when every temperature
+fails, the result with the best average log-probability among those under the compression
+threshold (else among all) is kept, with the last temperature; a window decoded above
+``prompt_reset_on_temperature`` resets the prompt of the next. Sampling is seeded (``seed``):
+the same call gives the same text. Also with or without timestamps, ``initial_prompt``,
+``prefix`` (forced as the first window's first outputs, after <|0.00|> when timestamps are on,
+as CTranslate2 does), ``suppress_blank``, ``suppress_tokens``, ``max_initial_timestamp``, the
+no-speech skip, and the VAD filter (``vad_filter=True``: Silero VAD's speech chunks,
+:mod:`dasllama.vad`, are transcribed as one concatenated clip, the language detected on it,
+and the segment times mapped back, as faster-whisper does). Word timestamps and a prefix with
+beams are not in it yet: asking for them raises :class:`ASRError` saying so.
 
 Multilingual models (whisper-base) start every window with <|startoftranscript|>, the
 language's token and the task's (<|transcribe|> or <|translate|>: speech in any language to
@@ -65,7 +74,8 @@ import numpy as np
 from . import _core, audio as _audio, models
 from .errors import DasllamaError
 
-__all__ = ["ASR", "ASRError", "Segment", "TranscriptionInfo", "TranscriptionOptions"]
+__all__ = ["ASR", "ASRError", "Segment", "TranscriptionInfo", "TranscriptionOptions",
+           "compression_ratio", "decode_with_fallback", "DEFAULT_TEMPERATURES"]
 
 SAMPLE_RATE = 16000
 TIME_PRECISION = 0.02     # seconds a timestamp token stands for
@@ -100,9 +110,15 @@ class Segment:
     temperature: Optional[float] = 0.0
 
 
+# faster-whisper's default temperatures: 0 first, then sampling ever hotter on a fallback
+DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
 @dataclass
 class TranscriptionOptions:
     beam_size: int = 1
+    best_of: int = 5
+    seed: int = 0
     patience: float = 1.0
     length_penalty: float = 1.0
     temperatures: Tuple[float, ...] = (0.0,)
@@ -129,6 +145,17 @@ class TranscriptionInfo:
     all_language_probs: Optional[list] = None
     transcription_options: TranscriptionOptions = field(default_factory=TranscriptionOptions)
     vad_options: Optional[object] = None
+
+
+def _temperatures(temperature) -> Tuple[float, ...]:
+    """One temperature or a sequence of them, each a finite number >= 0 (ASRError else)."""
+    temps = ((temperature,) if isinstance(temperature, (int, float, np.floating)) else
+             tuple(temperature) if isinstance(temperature, (list, tuple)) else None)
+    if not temps or not all(isinstance(t, (int, float, np.floating)) and not isinstance(t, bool)
+                            and np.isfinite(t) and t >= 0 for t in temps):
+        raise ASRError(f"temperature {temperature!r}: expected a number >= 0 or a non-empty "
+                       "sequence of them")
+    return tuple(float(t) for t in temps)
 
 
 def compression_ratio(text: str) -> float:
@@ -172,6 +199,37 @@ def _resolve(name_or_path: Union[str, os.PathLike]) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         convert_whisper(folder, target)
     return target
+
+
+def decode_with_fallback(decode, o: TranscriptionOptions) -> tuple:
+    """faster-whisper 1.2.1's temperature fallback (``generate_with_fallback``) over
+    ``decode(i, temperature)``, which decodes the window at ``o.temperatures[i]`` and returns
+    (tokens, avg_logprob, no_speech_prob, temperature, compression_ratio). A result passes
+    unless its compression ratio is above ``o.compression_ratio_threshold`` or its average
+    log-probability below ``o.log_prob_threshold``, except that a low log-probability in a
+    window that looks silent (no-speech probability above ``o.no_speech_threshold``) passes
+    (the no-speech skip then decides). The first result that passes is returned; when none
+    does, the one with the best average log-probability among those under the compression
+    threshold (else among all; the first of equals), with the last temperature tried."""
+    results, passing = [], []
+    for i, temperature in enumerate(o.temperatures):
+        result = decode(i, temperature)
+        _, avg_logprob, no_speech, _, ratio = result
+        results.append(result)
+        retry = False
+        if o.compression_ratio_threshold is not None:
+            if ratio > o.compression_ratio_threshold:
+                retry = True                        # too repetitive
+            else:
+                passing.append(result)
+        if o.log_prob_threshold is not None and avg_logprob < o.log_prob_threshold:
+            retry = True                            # too unlikely
+            if o.no_speech_threshold is not None and no_speech > o.no_speech_threshold:
+                retry = False                       # silence: the no-speech skip decides
+        if not retry:
+            return result
+    best = max(passing or results, key=lambda r: r[1])
+    return best[:3] + (o.temperatures[-1],) + best[4:]
 
 
 class ASR:
@@ -370,8 +428,9 @@ class ASR:
 
     # ------------------------------------------------------------------ transcribe
     def transcribe(self, audio, language: Optional[str] = None, task: str = "transcribe",
-                   beam_size: int = 1, patience: float = 1.0, length_penalty: float = 1.0,
-                   temperature: Union[float, Sequence[float]] = 0.0,
+                   beam_size: int = 1, best_of: int = 5, patience: float = 1.0,
+                   length_penalty: float = 1.0,
+                   temperature: Union[float, Sequence[float]] = DEFAULT_TEMPERATURES,
                    compression_ratio_threshold: Optional[float] = 2.4,
                    log_prob_threshold: Optional[float] = -1.0,
                    no_speech_threshold: Optional[float] = 0.6,
@@ -385,7 +444,7 @@ class ASR:
                    vad_parameters: Optional[Union[dict, object]] = None,
                    sample_rate: Optional[int] = None, multilingual: bool = False,
                    language_detection_threshold: float = 0.5,
-                   language_detection_segments: int = 1,
+                   language_detection_segments: int = 1, seed: int = 0,
                    ) -> Tuple[Iterator[Segment], TranscriptionInfo]:
         """Transcribe ``audio`` (a path, bytes, a binary file object, or float32 samples at
         ``sample_rate``, default 16 kHz). Returns (segments, info): a lazy iterator of
@@ -393,18 +452,20 @@ class ASR:
         names and defaults where this version runs them (see the module text).
         language: a code of :attr:`supported_languages`, or None to detect it (multilingual
         models; the detection runs before this returns). task: "transcribe" or "translate"
-        (English text; multilingual models)."""
+        (English text; multilingual models). ``seed`` (not one of faster-whisper's) seeds the
+        sampling of the temperature fallback."""
         if self.model is None:
             raise ASRError("this ASR is closed")
-        temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
+        temps = _temperatures(temperature)
         unsupported = []
         if not isinstance(beam_size, int) or beam_size < 1:
             raise ASRError(f"beam_size {beam_size!r} is not a positive integer")
+        if not isinstance(best_of, int) or best_of < 1:
+            raise ASRError(f"best_of {best_of!r} is not a positive integer")
+        if not isinstance(seed, int) or seed < 0:
+            raise ASRError(f"seed {seed!r} is not a non-negative integer")
         if beam_size > 1 and prefix:
             unsupported.append(f"prefix with beam_size={beam_size} (use beam_size=1)")
-        if any(t != 0 for t in temps):
-            unsupported.append(f"temperature={temperature!r} (sampling and its fallback; "
-                               "use temperature=0)")
         if word_timestamps:
             unsupported.append("word_timestamps=True")
         if unsupported:
@@ -423,8 +484,8 @@ class ASR:
             samples = _vad.collect_chunks(samples, chunks)
             speech_map = _vad.SpeechTimestampsMap(chunks, SAMPLE_RATE)
         options = TranscriptionOptions(
-            beam_size=beam_size, patience=patience, length_penalty=length_penalty,
-            temperatures=temps,
+            beam_size=beam_size, best_of=best_of, seed=seed, patience=patience,
+            length_penalty=length_penalty, temperatures=temps,
             compression_ratio_threshold=compression_ratio_threshold,
             log_prob_threshold=log_prob_threshold, no_speech_threshold=no_speech_threshold,
             condition_on_previous_text=condition_on_previous_text,
@@ -511,6 +572,26 @@ class ASR:
             seek += segment_size
         return out, seek
 
+    def _decode_with_fallback(self, prompt: List[int], prefix: List[int], max_initial: int,
+                              o: TranscriptionOptions, window_seed: int) -> tuple:
+        """The window decoded under the temperature fallback (decode_with_fallback). Call with
+        the lock held (the window is the model's)."""
+        n_ctx = self.config["n_text_ctx"]
+
+        def decode(i: int, temperature: float) -> tuple:
+            # each (window, temperature) draws from its own seed: one window's retries do not
+            # shift the next window's draws
+            seed = (o.seed * 1_000_003 + window_seed * 17 + i) % 2**64
+            tokens, sum_logprob, no_speech = self.model.generate(
+                prompt, list(o.suppress_tokens), o.suppress_blank, max_initial, n_ctx, prefix,
+                o.beam_size if temperature == 0 else 1, o.patience, o.length_penalty,
+                temperature, o.best_of, seed)
+            tokens = list(tokens)
+            self._stats["tokens"] += len(tokens) + 1
+            return (tokens, sum_logprob / (len(tokens) + 1), no_speech, temperature,
+                    compression_ratio(self.decode_tokens(tokens).strip()))
+        return decode_with_fallback(decode, o)
+
     def _segments(self, samples: np.ndarray, o: TranscriptionOptions,
                   task: Optional["_Task"] = None) -> Iterator[Segment]:
         start = time.perf_counter()
@@ -562,15 +643,10 @@ class ASR:
                     sot_sequence[1] = self.languages[self._language_probs_of_window()[0][0]]
                 prompt = self._prompt(all_tokens[prompt_reset_since:], o, sot_sequence)
                 clock = time.perf_counter()
-                tokens, sum_logprob, no_speech = self.model.generate(
-                    prompt, list(o.suppress_tokens), o.suppress_blank, max_initial,
-                    cfg["n_text_ctx"], prefix, o.beam_size, o.patience, o.length_penalty)
+                tokens, avg_logprob, no_speech, temperature, ratio = self._decode_with_fallback(
+                    prompt, prefix, max_initial, o, window_seed=seek)
                 self._stats["decode_seconds"] += time.perf_counter() - clock
             self._stats["windows"] += 1
-            tokens = list(tokens)
-            self._stats["tokens"] += len(tokens) + 1
-            avg_logprob = sum_logprob / (len(tokens) + 1)
-            ratio = compression_ratio(self.decode_tokens(tokens).strip())
             if o.no_speech_threshold is not None and no_speech > o.no_speech_threshold and not (
                     o.log_prob_threshold is not None and avg_logprob > o.log_prob_threshold):
                 seek += segment_size
@@ -585,8 +661,9 @@ class ASR:
                 idx += 1
                 yield Segment(id=idx, seek=previous_seek, start=start, end=end, text=text,
                               tokens=part, avg_logprob=avg_logprob, compression_ratio=ratio,
-                              no_speech_prob=no_speech, temperature=0.0)
-            if not o.condition_on_previous_text:
+                              no_speech_prob=no_speech, temperature=temperature)
+            if (not o.condition_on_previous_text or
+                    temperature > o.prompt_reset_on_temperature):
                 prompt_reset_since = len(all_tokens)
 
 

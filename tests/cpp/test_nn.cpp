@@ -1,7 +1,8 @@
 // csrc/nn (the blocks the speech models share) against plain double-precision versions written
 // here from the definitions: 1-D convolution, STFT power, bidirectional attention (its few-query
-// and matmul paths), LayerNorm, erf GELU. Every comparison prints its error next to its bar;
-// each has a negative control, a plausible bug whose error must exceed the bar tenfold.
+// and matmul paths), LayerNorm, erf GELU, softmax, log-sum-exp. Every comparison prints its
+// error next to its bar; each has a negative control, a plausible bug whose error must exceed
+// the bar tenfold.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "check.h"
+#include "compare.h"
 #include "core/errors.h"
 #include "core/thread_pool.h"
 #include "nn/activations.h"
@@ -33,32 +35,10 @@ constexpr double kBarSoftmax = 1.5e-7;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
-
-double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-        den += want[i] * want[i];
-    }
-    return std::sqrt(num / den);
-}
-
-bool within(const char* what, double err, double bar) {
-    std::printf("  %-44s rel-l2 %.3e  (bar %.1e)\n", what, err, bar);
-    return err <= bar;
-}
-
-bool bites(const char* what, double err, double bar) {
-    std::printf("  %-44s rel-l2 %.3e  (must be > %.1e)\n", what, err, 10 * bar);
-    return err > 10 * bar;
-}
+using compare::bites;
+using compare::randn;
+using compare::rel_l2;
+using compare::within;
 
 // x [T, Cin] time-major, w [Cout, Cin, K] -> [T_out, Cout]
 std::vector<double> naive_conv(const std::vector<float>& x, int64_t T, int64_t cin,
@@ -242,4 +222,44 @@ TEST(softmax_row_matches_double) {
             if (n > 1) CHECK(bites("  control: uniform weights", rel_l2(x, flat), kBarSoftmax));
         }
     }
+}
+
+// log_sum_exp of a decoding step's logits (51864 of them, a third masked to -inf as the rules
+// mask) against double; a row of -inf gives -inf. Absolute error, since log-probabilities are
+// differences from it: measured 1.0e-8 (avx2, n = 51864), 0 (generic); the control leaves the
+// largest logit out, which moves it by 3e-2 and more.
+constexpr double kBarLogSumExp = 5e-8;
+
+TEST(log_sum_exp_matches_double) {
+    for (const std::string& isa : nn::act::available_variants()) {
+        for (int64_t n : {1, 9, 1501, 51864}) {
+            auto x = randn(size_t(n), 50 + uint32_t(n), 3.0f);
+            for (int64_t i = 0; i < n; i += 3) x[size_t(i)] = -INFINITY;
+            if (n == 1) x[0] = 2.5f;
+            const float m = *std::max_element(x.begin(), x.end());
+            double sum = 0;
+            for (float v : x) sum += std::exp(double(v) - double(m));
+            const double want = double(m) + std::log(sum);
+            const double got = nn::act::variant(isa).log_sum_exp(x.data(), n);
+            const double err = std::fabs(got - want);
+            std::printf("  log_sum_exp %-6s n=%-6lld abs err %.3e  (bar %.1e)\n", isa.c_str(),
+                        (long long)n, err, kBarLogSumExp);
+            CHECK(err <= kBarLogSumExp);
+            if (n > 1) {
+                const int64_t drop = int64_t(std::max_element(x.begin(), x.end()) - x.begin());
+                auto y = x;
+                y[size_t(drop)] = -INFINITY;
+                const double off =
+                    std::fabs(nn::act::variant(isa).log_sum_exp(y.data(), n) - want);
+                std::printf("    control: the largest logit left out   abs err %.3e  "
+                            "(must be > %.1e)\n", off, 10 * kBarLogSumExp);
+                CHECK(off > 10 * kBarLogSumExp);
+            }
+        }
+        std::vector<float> masked(13, -INFINITY);
+        CHECK(std::isinf(nn::act::variant(isa).log_sum_exp(masked.data(), 13)));
+        CHECK(nn::act::variant(isa).log_sum_exp(masked.data(), 13) < 0);
+    }
+    std::vector<float> one{0.0f, 0.0f};
+    CHECK(std::fabs(nn::log_sum_exp(one.data(), 2) - std::log(2.0)) < 1e-12);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "check.h"
+#include "compare.h"
 #include "core/errors.h"
 #include "core/thread_pool.h"
 #include "cpu/ops.h"
@@ -18,32 +19,10 @@ using namespace dasllama;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
-
-double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-        den += want[i] * want[i];
-    }
-    return std::sqrt(num / den);
-}
-
-bool within(const char* what, double err, double bar) {
-    std::printf("  %-44s rel-l2 %.3e  (bar %.1e)\n", what, err, bar);
-    return err <= bar;
-}
-
-bool bites(const char* what, double err, double bar) {
-    std::printf("  %-44s rel-l2 %.3e  (must be > %.1e)\n", what, err, 10 * bar);
-    return err > 10 * bar;
-}
+using compare::bites;
+using compare::randn;
+using compare::rel_l2;
+using compare::within;
 
 // --- naive references ----------------------------------------------------------------------
 

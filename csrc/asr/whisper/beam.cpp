@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <string>
 
+#include "asr/whisper/scoring.h"
 #include "core/errors.h"
+#include "nn/activations.h"
 
 namespace dasllama::whisper {
 
@@ -23,16 +24,6 @@ struct Hypothesis {
     double score;
 };
 
-// log-softmax of z [n] plus `base` into out.
-void scored_log_softmax(const float* z, int64_t n, double base, std::vector<double>& out) {
-    out.resize(size_t(n));
-    const float m = *std::max_element(z, z + n);
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += std::exp(double(z[i]) - double(m));
-    const double shift = base - double(m) - std::log(sum);
-    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(z[i]) + shift;
-}
-
 }  // namespace
 
 DecodeResult beam_decode(Decoder& dec, const WhisperConfig& c, const std::vector<int32_t>& prompt,
@@ -45,35 +36,20 @@ DecodeResult beam_decode(Decoder& dec, const WhisperConfig& c, const std::vector
                          " keeps no hypothesis");
     if (!o.prefix.empty())
         throw ShapeError("whisper beam search: a prefix is not supported with beams");
-    const auto sot = std::find(prompt.begin(), prompt.end(), c.tok.sot);
-    if (sot == prompt.end())
-        throw ShapeError("whisper decode: the prompt has no <|startoftranscript|> (" +
-                         std::to_string(c.tok.sot) + ")");
-    const int64_t limit = o.max_length > 0 ? std::min(o.max_length, c.n_text_ctx) : c.n_text_ctx;
-    const int64_t n_prompt = int64_t(prompt.size());
-    if (n_prompt >= limit)
-        throw ShapeError("whisper decode: a prompt of " + std::to_string(n_prompt) +
-                         " tokens leaves no room in a text context of " + std::to_string(limit));
-    const int64_t max_steps = std::min(limit / 2, limit - (n_prompt - 1));
-    const bool timestamps = prompt.back() != c.tok.no_timestamps;
-    const int64_t V = c.n_vocab, d = c.n_text_state;
+    const DecodePlan plan = plan_decode(c, prompt, o);
+    const int64_t max_steps = plan.max_steps, V = c.n_vocab;
     const int n_cand = 2 * B;
 
     DecodeResult r;
     std::vector<float> z(static_cast<size_t>(V));
-    std::vector<double> lp;
     dec.reset(1);
-    const float* h = dec.forward(prompt.data(), n_prompt, pool, 0);
-    dec.logits(h + (sot - prompt.begin()) * d, 1, z.data(), pool);
-    scored_log_softmax(z.data(), V, 0.0, lp);
-    r.no_speech_prob = float(std::exp(lp[size_t(c.tok.no_speech)]));
-    dec.logits(h + (n_prompt - 1) * d, 1, z.data(), pool);
+    r.no_speech_prob = run_prompt(dec, c, prompt, plan, z.data(), pool, 0);
 
     std::vector<std::vector<int32_t>> seqs(1);   // the beams' outputs so far
     std::vector<double> scores(1, 0.0);
     std::vector<Hypothesis> hyps;
     std::vector<Candidate> all;
-    std::vector<int64_t> order;
+    std::vector<int32_t> best_ids;
     std::vector<int32_t> last_tokens(static_cast<size_t>(B));
     std::vector<float> zs;
     bool finished = false;
@@ -82,24 +58,17 @@ DecodeResult beam_decode(Decoder& dec, const WhisperConfig& c, const std::vector
         all.clear();
         if (step > 0) {   // every beam's last token in one batch, a slot each
             for (int k = 0; k < n_beams; ++k) last_tokens[size_t(k)] = seqs[size_t(k)].back();
-            h = dec.forward_slots(last_tokens.data(), pool);
+            const float* h = dec.forward_slots(last_tokens.data(), pool);
             zs.resize(size_t(n_beams) * size_t(V));
             dec.logits(h, n_beams, zs.data(), pool);
         }
         for (int k = 0; k < n_beams; ++k) {
             float* zk = step > 0 ? zs.data() + size_t(k) * size_t(V) : z.data();
-            apply_rules(c, o, timestamps, step, seqs[size_t(k)], zk);
-            scored_log_softmax(zk, V, scores[size_t(k)], lp);
+            apply_rules(c, o, plan.timestamps, step, seqs[size_t(k)], zk);
             // this beam's best n_cand tokens are all that can reach the overall top n_cand
-            order.resize(size_t(V));
-            std::iota(order.begin(), order.end(), 0);
-            std::partial_sort(order.begin(), order.begin() + n_cand, order.end(),
-                              [&](int64_t a, int64_t x) {
-                                  return lp[size_t(a)] > lp[size_t(x)] ||
-                                         (lp[size_t(a)] == lp[size_t(x)] && a < x);
-                              });
-            for (int j = 0; j < n_cand; ++j)
-                all.push_back({lp[size_t(order[size_t(j)])], int32_t(order[size_t(j)]), k});
+            const double shift = scores[size_t(k)] - nn::log_sum_exp(zk, V);
+            top_logits(zk, V, n_cand, best_ids);
+            for (int32_t id : best_ids) all.push_back({double(zk[id]) + shift, id, k});
         }
         // the best n_cand over every beam; ties keep the lower flat index (beam, token)
         std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& x) {
@@ -143,16 +112,9 @@ DecodeResult beam_decode(Decoder& dec, const WhisperConfig& c, const std::vector
         scores = std::move(next_scores);
     }
     // the best by score / length^length_penalty (the first of equals)
-    size_t best = 0;
-    double best_norm = -std::numeric_limits<double>::infinity();
-    for (size_t i = 0; i < hyps.size(); ++i) {
-        const double norm =
-            hyps[i].score / std::pow(double(hyps[i].tokens.size()), double(b.length_penalty));
-        if (i == 0 || norm > best_norm) {
-            best = i;
-            best_norm = norm;
-        }
-    }
+    const size_t best = first_best(hyps.size(), [&](size_t i) {
+        return normalized_score(hyps[i].score, hyps[i].tokens.size(), b.length_penalty);
+    });
     r.tokens = hyps[best].tokens;
     r.sum_logprob = hyps[best].score;
     return r;

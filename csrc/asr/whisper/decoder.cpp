@@ -3,15 +3,13 @@
 #include <cmath>
 #include <string>
 
+#include "asr/whisper/blocks.h"
 #include "core/errors.h"
 #include "nn/activations.h"
 #include "nn/layer_norm.h"
 
 namespace dasllama::whisper {
 
-namespace {
-constexpr double kLnEps = 1e-5;
-}
 
 Decoder::Decoder(WhisperWeights& w, int n_threads)
     : w_(w),
@@ -29,19 +27,32 @@ std::unique_ptr<KVCache> Decoder::make_cache() const {
 }
 
 void Decoder::reorder(const std::vector<int>& origin) {
-    bool identity = origin.size() == caches_.size();
+    const int n_old = n_slots();
+    for (int o : origin)
+        if (o < 0 || o >= n_old)
+            throw ShapeError("whisper decoder: reorder from slot " + std::to_string(o));
+    // The first slot taken from an old slot moves its cache over (no copy); only the further
+    // slots that continue the same old slot copy its rows. The caches nobody took are kept
+    // as spares for those copies and later steps.
+    std::vector<std::unique_ptr<KVCache>> next(origin.size());
+    std::vector<int> moved_to(size_t(n_old), -1);
     for (size_t k = 0; k < origin.size(); ++k) {
-        if (origin[k] < 0 || origin[k] >= n_slots())
-            throw ShapeError("whisper decoder: reorder from slot " + std::to_string(origin[k]));
-        identity &= origin[k] == int(k);
+        const int o = origin[k];
+        if (moved_to[size_t(o)] < 0) {
+            moved_to[size_t(o)] = int(k);
+            next[k] = std::move(caches_[size_t(o)]);
+        }
     }
-    if (identity) return;
-    while (spare_.size() < origin.size()) spare_.push_back(make_cache());
-    spare_.resize(origin.size());
+    for (auto& c : caches_)
+        if (c) spare_.push_back(std::move(c));
     const int64_t d = w_.cfg.n_text_state;
     for (size_t k = 0; k < origin.size(); ++k) {
-        const KVCache& src = *caches_[size_t(origin[k])];
-        KVCache& dst = *spare_[k];
+        if (next[k]) continue;
+        const KVCache& src = *next[size_t(moved_to[size_t(origin[k])])];
+        if (spare_.empty()) spare_.push_back(make_cache());
+        next[k] = std::move(spare_.back());
+        spare_.pop_back();
+        KVCache& dst = *next[k];
         const int64_t n = src.n_past();
         dst.truncate(0);
         copy_k_.resize(size_t(n * d));
@@ -51,7 +62,7 @@ void Decoder::reorder(const std::vector<int>& origin) {
             dst.kv_cache_append_rows(int(layer), 0, n, copy_k_.data(), copy_v_.data());
         }
     }
-    std::swap(caches_, spare_);
+    caches_ = std::move(next);
 }
 
 void Decoder::set_audio(const float* enc, ThreadPool& pool) {
@@ -69,8 +80,15 @@ void Decoder::set_audio(const float* enc, ThreadPool& pool) {
 
 void Decoder::reset(int n_slots) {
     n_slots = std::max(n_slots, 1);
-    while (int(caches_.size()) < n_slots) caches_.push_back(make_cache());
-    caches_.resize(size_t(n_slots));
+    while (int(caches_.size()) < n_slots) {
+        if (spare_.empty()) spare_.push_back(make_cache());
+        caches_.push_back(std::move(spare_.back()));
+        spare_.pop_back();
+    }
+    while (int(caches_.size()) > n_slots) {
+        spare_.push_back(std::move(caches_.back()));
+        caches_.pop_back();
+    }
     for (auto& c : caches_) c->truncate(0);
 }
 
@@ -128,7 +146,7 @@ const float* Decoder::run(const int32_t* tokens, int64_t n, ThreadPool& pool, in
     for (int64_t i = 0; i < c.n_text_layer; ++i) {
         const DecoderLayer& l = w_.dec[size_t(i)];
         // causal self-attention over the cache
-        nn::layer_norm(x, l.attn_ln.w.data(), l.attn_ln.b.data(), n, d, kLnEps, h_.data());
+        nn::layer_norm(x, l.attn_ln.w.data(), l.attn_ln.b.data(), n, d, kLayerNormEps, h_.data());
         nn::linear(l.qkv, h_.data(), n, qkv_.data(), pool, w_.precision);
         for (int64_t t = 0; t < n; ++t) {
             const float* r = qkv_.data() + t * 3 * d;
@@ -158,20 +176,17 @@ const float* Decoder::run(const int32_t* tokens, int64_t n, ThreadPool& pool, in
         nn::linear(l.out, attn_.data(), n, proj_.data(), pool, w_.precision);
         cpu::add(x, proj_.data(), n * d);
         // cross-attention to the window
-        nn::layer_norm(x, l.cross_ln.w.data(), l.cross_ln.b.data(), n, d, kLnEps, h_.data());
+        nn::layer_norm(x, l.cross_ln.w.data(), l.cross_ln.b.data(), n, d, kLayerNormEps, h_.data());
         nn::linear(l.cross_q, h_.data(), n, q_.data(), pool, w_.precision);
         nn::attend_all(cross_[size_t(i)], q_.data(), d, n, shape.scale, attn_.data(), d, pool,
                        cross_scratch_);
         nn::linear(l.cross_out, attn_.data(), n, proj_.data(), pool, w_.precision);
         cpu::add(x, proj_.data(), n * d);
         // MLP
-        nn::layer_norm(x, l.mlp_ln.w.data(), l.mlp_ln.b.data(), n, d, kLnEps, h_.data());
-        nn::linear(l.fc1, h_.data(), n, ff_.data(), pool, w_.precision);
-        nn::gelu_erf(ff_.data(), n * 4 * d, pool);
-        nn::linear(l.fc2, ff_.data(), n, proj_.data(), pool, w_.precision);
-        cpu::add(x, proj_.data(), n * d);
+        residual_mlp(l.mlp_ln, l.fc1, l.fc2, x, n, d, w_.precision, pool, h_.data(), ff_.data(),
+                     proj_.data());
     }
-    nn::layer_norm(x, w_.dec_ln.w.data(), w_.dec_ln.b.data(), n, d, kLnEps, x);
+    nn::layer_norm(x, w_.dec_ln.w.data(), w_.dec_ln.b.data(), n, d, kLayerNormEps, x);
     return x;
 }
 

@@ -37,8 +37,9 @@ public:
     void reset(int n_slots = 1);
     int n_slots() const { return int(caches_.size()); }
     int64_t n_past(int slot = 0) const { return caches_.at(size_t(slot))->n_past(); }
-    // The slots become origin.size() of them, slot k a copy of the old slot origin[k] (a beam
-    // step's reordering; after the first step, copies of slot 0).
+    // The slots become origin.size() of them, slot k continuing the old slot origin[k] (a
+    // beam step's reordering; after the first step, copies of slot 0). An old slot's cache
+    // moves to the first new slot that continues it; only the others copy its rows.
     void reorder(const std::vector<int>& origin);
 
     // Runs tokens [n] at positions n_past(slot).. in `slot` and returns the final hidden

@@ -2,15 +2,13 @@
 
 #include <cmath>
 
+#include "asr/whisper/blocks.h"
 #include "cpu/ops.h"
 #include "nn/activations.h"
 #include "nn/layer_norm.h"
 
 namespace dasllama::whisper {
 
-namespace {
-constexpr double kLnEps = 1e-5;
-}
 
 void Encoder::run(const float* window, std::vector<float>& out, ThreadPool& pool) {
     const WhisperConfig& c = w_.cfg;
@@ -34,19 +32,16 @@ void Encoder::run(const float* window, std::vector<float>& out, ThreadPool& pool
     ff_.resize(size_t(n * 4 * d));
     const float scale = float(1.0 / std::sqrt(double(hd)));
     for (const EncoderLayer& l : w_.enc) {
-        nn::layer_norm(x, l.attn_ln.w.data(), l.attn_ln.b.data(), n, d, kLnEps, h_.data());
+        nn::layer_norm(x, l.attn_ln.w.data(), l.attn_ln.b.data(), n, d, kLayerNormEps, h_.data());
         nn::linear(l.qkv, h_.data(), n, qkv_.data(), pool, w_.precision);
         kv_.assign(qkv_.data() + d, qkv_.data() + 2 * d, 3 * d, n, c.n_audio_head, hd);
         nn::attend_all(kv_, qkv_.data(), 3 * d, n, scale, attn_.data(), d, pool, scratch_);
         nn::linear(l.out, attn_.data(), n, proj_.data(), pool, w_.precision);
         cpu::add(x, proj_.data(), n * d);
-        nn::layer_norm(x, l.mlp_ln.w.data(), l.mlp_ln.b.data(), n, d, kLnEps, h_.data());
-        nn::linear(l.fc1, h_.data(), n, ff_.data(), pool, w_.precision);
-        nn::gelu_erf(ff_.data(), n * 4 * d, pool);
-        nn::linear(l.fc2, ff_.data(), n, proj_.data(), pool, w_.precision);
-        cpu::add(x, proj_.data(), n * d);
+        residual_mlp(l.mlp_ln, l.fc1, l.fc2, x, n, d, w_.precision, pool, h_.data(), ff_.data(),
+                     proj_.data());
     }
-    nn::layer_norm(x, w_.ln_post.w.data(), w_.ln_post.b.data(), n, d, kLnEps, x);
+    nn::layer_norm(x, w_.ln_post.w.data(), w_.ln_post.b.data(), n, d, kLayerNormEps, x);
 }
 
 }  // namespace dasllama::whisper

@@ -30,4 +30,9 @@ DecodeResult WhisperModel::generate(const std::vector<int32_t>& prompt, const De
     return greedy_decode(decoder_, w_->cfg, prompt, o, pool_);
 }
 
+DecodeResult WhisperModel::sample(const std::vector<int32_t>& prompt, const DecodeOptions& o,
+                                  const SampleOptions& s) {
+    return sample_decode(decoder_, w_->cfg, prompt, o, s, pool_);
+}
+
 }  // namespace dasllama::whisper

@@ -1,6 +1,7 @@
 // Whisper on the CPU: the stages of one model file behind one object (weights.h, mel.h,
-// encoder.h, decoder.h, greedy.h). The window loop of a long clip (seeking, prompts from
-// earlier text, segments) is dasllama.asr's. Not thread-safe: one call at a time.
+// encoder.h, decoder.h, greedy.h, beam.h, sampling.h). The window loop of a long clip
+// (seeking, prompts from earlier text, segments) is dasllama.asr's. Not thread-safe: one call
+// at a time.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "asr/whisper/encoder.h"
 #include "asr/whisper/greedy.h"
 #include "asr/whisper/mel.h"
+#include "asr/whisper/sampling.h"
 #include "asr/whisper/weights.h"
 #include "core/thread_pool.h"
 
@@ -38,6 +40,9 @@ public:
     // Greedy decoding on the current window (beam search when b.beam_size > 1).
     DecodeResult generate(const std::vector<int32_t>& prompt, const DecodeOptions& o,
                           const BeamOptions& b = BeamOptions{1, 1.0f, 1.0f});
+    // Sampling at s.temperature > 0 on the current window (sampling.h).
+    DecodeResult sample(const std::vector<int32_t>& prompt, const DecodeOptions& o,
+                        const SampleOptions& s);
 
 private:
     std::shared_ptr<WhisperWeights> w_;

@@ -411,7 +411,7 @@ def _run_bench(args) -> int:
 
 
 def _add_bench_parser(sub) -> None:
-    """Add ``bench`` and its commands (llm, tts, serve, check, tune, tuning, board) to
+    """Add ``bench`` and its commands (llm, tts, asr, serve, check, tune, tuning, board) to
     dasllama's parser."""
     p = sub.add_parser("bench", help="measure dasllama against reference engines")
     p.add_argument("--check", dest="check_record", metavar="RECORD",
@@ -438,6 +438,13 @@ def _add_bench_parser(sub) -> None:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_serve_arguments(q)
     q.set_defaults(run=serve.run_serve)
+    from . import asr
+    q = bsub.add_parser("asr", help="Whisper real-time factor, request time and first text "
+                                    "against faster-whisper",
+                        description=asr.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    asr.add_asr_arguments(q)
+    q.set_defaults(run=asr.run_asr)
     from . import soak
     soak.add_soak_parser(bsub)
     q = bsub.add_parser("check", help="compare a fresh record with the stored one of its box",
