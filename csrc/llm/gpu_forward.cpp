@@ -54,6 +54,18 @@ const tuning::Knob& kAttnPrefillCoopmat = tuning::define(
 const tuning::Knob& kDecodeGluPass = tuning::define(
     "vulkan.llm.decode_glu_pass", 1, 0, 1,
     "1: one-token decode forms the gated activation in its own pass before the down projection");
+// Key chunks of each head's decode attention: few heads make few workgroups (Gemma-3-270M: 4),
+// each walking every key alone; chunks make more, whose sums attention_merge adds (one more
+// dispatch). Measured on an H200, a decode step at tg128 positions: Gemma-3 (4 heads) 1.68 ms
+// unsplit, 1.62 / 1.57 / 1.65 ms with 4 / 8 / 16 chunks; SmolLM2 (9 heads) 1.40 ms unsplit,
+// 1.47-1.49 ms split. So by default (0) calls of fewer than kAttnSplitBelowGroups workgroups
+// (heads x rows) take kAttnAutoSplits chunks; 1 never splits; 2..64 force that many.
+constexpr int64_t kMaxAttnSplits = 64;
+constexpr int64_t kAttnSplitBelowGroups = 8;
+constexpr int64_t kAttnAutoSplits = 8;
+const tuning::Knob& kAttnDecodeSplit = tuning::define(
+    "vulkan.attention.decode_split", 0, 0, kMaxAttnSplits,
+    "key chunks of each head's decode attention: 0 by workgroups, 1 unsplit, 2..64 forced");
 // The keys a granule of the coopmat attention reads at once (GK_ACM_KG).
 constexpr int64_t kAttnGranule = 16;
 
@@ -74,6 +86,13 @@ std::string prefill_attention_coopmat(int64_t n, int64_t head_dim, int64_t head_
     const std::string name = "attention_prefill_cm_" + std::to_string(head_dim);
     const gpu::StampInfo* st = gpu::find_stamp(name);
     return st && st->spirv ? name : "";
+}
+
+int64_t decode_attention_splits(int64_t n, int64_t n_head) {
+    if (n > kAttnDecodeMaxTokens) return 0;
+    const int64_t k = kAttnDecodeSplit.get();
+    if (k == 0) return n * n_head < kAttnSplitBelowGroups ? kAttnAutoSplits : 0;
+    return k == 1 ? 0 : k;
 }
 
 bool decode_glu_pass(int64_t n) { return n == 1 && kDecodeGluPass.get() != 0; }
@@ -108,6 +127,8 @@ GpuForward::GpuForward(const ModelConfig& cfg, const ModelWeights& w,
     // The widest input a projection reads (halves), rounded to whole 16-byte pieces.
     const int64_t widest = std::max({cfg.n_embd, ff, cfg.n_head * cfg.head_dim_v});
     panel_ = dev.alloc((B * size_t(widest) * 2 + 15) / 16 * 16, "staged_panel");
+    attn_parts_ = dev.alloc(size_t(kAttnDecodeMaxTokens * cfg.n_head * kMaxAttnSplits *
+                                   (cfg.head_dim_v + 2)) * F, "attention_chunks");
     ids_ = dev.alloc_host(B * sizeof(int32_t), "ids");
     step_ = dev.alloc_host(4 * sizeof(uint32_t), "step");
 
@@ -263,10 +284,28 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
                               : !cm.empty() ? cm
                               : tile == 16  ? "attention_prefill"
                                             : "attention_prefill_" + std::to_string(tile);
-    e.dispatch(require_stamp(stamp),
-               {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get(),
-                step_.get()},
-               a, u32(c.n_head), decode ? u32(n) : ceil_div(n, tile));
+    const int64_t splits = decode ? decode_attention_splits(n, c.n_head) : 0;
+    if (splits > 0) {
+        e.dispatch(require_stamp("attention_decode_split"),
+                   {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_parts_.get(),
+                    step_.get()},
+                   a, u32(c.n_head), u32(n), u32(splits));
+        e.barrier();
+        gk::attention_merge m{};
+        m.n_tok = u32(n);
+        m.n_head = u32(c.n_head);
+        m.head_dim_v = u32(c.head_dim_v);
+        m.n_split = u32(splits);
+        m.out_off = 0;
+        m.out_stride = a.out_stride;
+        e.dispatch(require_stamp("attention_merge"), {attn_parts_.get(), attn_.get()}, m,
+                   u32(c.n_head), u32(n));
+    } else {
+        e.dispatch(require_stamp(stamp),
+                   {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get(),
+                    step_.get()},
+                   a, u32(c.n_head), decode ? u32(n) : ceil_div(n, tile));
+    }
     e.barrier();
 }
 

@@ -38,6 +38,13 @@ std::string prefill_attention_coopmat(int64_t n, int64_t head_dim, int64_t head_
 // activation of every column again. A pure function of n and the knob.
 bool decode_glu_pass(int64_t n);
 
+// The key chunks a decode call of `n` query rows of `n_head` heads splits each head's attention
+// into (attention_decode_split, then attention_merge), or 0 for the one-workgroup-a-head
+// attention_decode: by default 8 chunks where heads x rows make fewer than 8 workgroups; the
+// knob vulkan.attention.decode_split forces (1: never split, 2..64 chunks). A pure function of
+// its arguments and the knob.
+int64_t decode_attention_splits(int64_t n, int64_t n_head);
+
 // Rows the device K/V caches are allocated to (a multiple of the coopmat attention's 16-key
 // granules, which read whole granules).
 int64_t device_cache_rows(int64_t n_ctx);
@@ -123,6 +130,7 @@ private:
     std::unique_ptr<gpu::Buffer> x_, qkv_, attn_, out_, gate_up_, logits_;
     std::unique_ptr<gpu::Buffer> ids_, step_, embd_in_, logits_host_, dummy_;
     std::unique_ptr<gpu::Buffer> panel_;  // a staged float16 input panel (stage())
+    std::unique_ptr<gpu::Buffer> attn_parts_;  // the chunks of a split decode attention
     std::unique_ptr<gpu::Encoder> recording_;  // the last call's command buffer
     Shape recorded_;
     std::vector<std::unique_ptr<gpu::Buffer>> kc_, vc_;
