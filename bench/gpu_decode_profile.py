@@ -57,15 +57,17 @@ def profile_model(path: str, device: str, steps: int) -> dict:
         model.close()
 
 
-def report(p: dict) -> str:
+def report(p: dict, tokens_per_call: int = 1, call: str = "a step") -> str:
+    """The table of one profile; `tokens_per_call` turns the wall time into tokens/s."""
     timings = p["dispatches"]
     whole = sum(us for _, us in timings)
     totals: dict = {}
     for stamp, us in timings:
         n, t = totals.get(stamp, (0, 0.0))
         totals[stamp] = (n + 1, t + us)
-    lines = [f"{p['model']} on {p['device']}: wall {p['wall_step_us']:.1f} us a step "
-             f"({1e6 / p['wall_step_us']:.0f} t/s); profiled dispatches {whole:.1f} us in "
+    lines = [f"{p['model']} on {p['device']}: wall {p['wall_step_us']:.1f} us {call} "
+             f"({tokens_per_call * 1e6 / p['wall_step_us']:.0f} t/s); "
+             f"profiled dispatches {whole:.1f} us in "
              f"{len(timings)} ({whole / max(len(timings), 1):.2f} us each)",
              f"  {'stamp':<26} {'calls':>5} {'us':>9} {'us/call':>8} {'share':>6}"]
     for stamp, (n, t) in sorted(totals.items(), key=lambda kv: -kv[1][1]):

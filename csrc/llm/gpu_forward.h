@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gpu/device.h"
@@ -20,6 +22,32 @@
 namespace dasllama {
 
 using gpu::ProjectionInput;
+
+// The prefill attention stamp on cooperative matrices for a call of `n` query rows, or "" for
+// the portable one: n above the decode attention's rows, `coopmat` (the device offers them and
+// the call is not in f32 precision), head_dim = head_dim_v with a stamp of that size
+// (attention_prefill_cm_<d>), and the knob vulkan.attention.prefill_coopmat on. A pure function
+// of its arguments, this build's stamps and the knob.
+std::string prefill_attention_coopmat(int64_t n, int64_t head_dim, int64_t head_dim_v,
+                                      bool coopmat);
+
+// Whether a call of `n` token rows forms the gated FFN activation in a pass of its own
+// (eltwise_glu_*, in place over the gate half) before the down projection, which then reads it
+// plain: one-token decode only (the gate halves of several rows are not contiguous), and the
+// knob vulkan.llm.decode_glu_pass on. The down projection's subgroups otherwise each form the
+// activation of every column again. A pure function of n and the knob.
+bool decode_glu_pass(int64_t n);
+
+// The key chunks a decode call of `n` query rows of `n_head` heads splits each head's attention
+// into (attention_decode_split, then attention_merge), or 0 for the one-workgroup-a-head
+// attention_decode: by default 8 chunks where heads x rows make fewer than 8 workgroups; the
+// knob vulkan.attention.decode_split forces (1: never split, 2..64 chunks). A pure function of
+// its arguments and the knob.
+int64_t decode_attention_splits(int64_t n, int64_t n_head);
+
+// Rows the device K/V caches are allocated to (a multiple of the coopmat attention's 16-key
+// granules, which read whole granules).
+int64_t device_cache_rows(int64_t n_ctx);
 
 class GpuForward {
 public:
@@ -65,6 +93,22 @@ private:
         gpu::project(e, m, x, x_off, x_stride, y, y_off, y_stride, n_tok, accumulate, *dummy_,
                      coopmat_ && !recorded_.exact, in);
     }
+    // The matrices of one input (q, k, v; gate, up) read it as one staged float16 panel when
+    // every one of them may (gpu::staged_panel); then the panel is recorded here, followed by
+    // a barrier, and true returned.
+    bool stage(gpu::Encoder& e, std::initializer_list<const DeviceMatrix*> ms, gpu::Buffer& x,
+               uint32_t x_off, uint32_t x_stride, int64_t cols, int64_t n,
+               const ProjectionInput& in);
+    // project() of one matrix of an input, from the staged panel when `staged`.
+    void project_in(gpu::Encoder& e, bool staged, const DeviceMatrix& m, gpu::Buffer& x,
+                    uint32_t x_off, uint32_t x_stride, gpu::Buffer& y, uint32_t y_off,
+                    uint32_t y_stride, int64_t n_tok, bool accumulate,
+                    const ProjectionInput& in = ProjectionInput()) {
+        if (staged)
+            gpu::project_staged(e, m, *panel_, y, y_off, y_stride, n_tok, accumulate, *dummy_);
+        else
+            project(e, m, x, x_off, x_stride, y, y_off, y_stride, n_tok, accumulate, in);
+    }
     // The block norms before a projection, as its input stage.
     ProjectionInput normed(gpu::Buffer& weight) const {
         return ProjectionInput{1u, &weight, 0u, float(cfg_.rms_eps)};
@@ -85,6 +129,8 @@ private:
     std::vector<size_t> layer_rope_;  // index into ropes_ per layer
     std::unique_ptr<gpu::Buffer> x_, qkv_, attn_, out_, gate_up_, logits_;
     std::unique_ptr<gpu::Buffer> ids_, step_, embd_in_, logits_host_, dummy_;
+    std::unique_ptr<gpu::Buffer> panel_;  // a staged float16 input panel (stage())
+    std::unique_ptr<gpu::Buffer> attn_parts_;  // the chunks of a split decode attention
     std::unique_ptr<gpu::Encoder> recording_;  // the last call's command buffer
     Shape recorded_;
     std::vector<std::unique_ptr<gpu::Buffer>> kc_, vc_;

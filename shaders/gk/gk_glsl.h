@@ -22,6 +22,7 @@
 #define gk_float2(a, b) vec2(a, b)
 #define gk_float4(a, b, c, d) vec4(a, b, c, d)
 #define gk_uint2(a, b) uvec2(a, b)
+#define gk_uint4(a, b, c, d) uvec4(a, b, c, d)
 
 #define GK_LOCAL_ID gl_LocalInvocationID.x
 #define GK_GROUP_ID gl_WorkGroupID
@@ -39,6 +40,8 @@
 #define gk_bits_to_float(u) uintBitsToFloat(u)
 #define gk_float_to_bits(f) floatBitsToUint(f)
 #define gk_unpack_half2(u) unpackHalf2x16(u)
+// Two floats rounded to float16, packed low half first (the inverse of gk_unpack_half2).
+#define gk_pack_half2(a, b) packHalf2x16(vec2(a, b))
 #define gk_fma(a, b, c) fma(a, b, c)
 #define gk_rsqrt(x) inversesqrt(x)
 #define gk_min(a, b) min(a, b)
@@ -73,6 +76,8 @@
     coopMatLoad(m, arr, off, stride, gl_CooperativeMatrixLayoutColumnMajor)
 #define gk_cm_store_col_major(m, arr, off, stride) \
     coopMatStore(m, arr, off, stride, gl_CooperativeMatrixLayoutColumnMajor)
+#define gk_cm_store_row_major(m, arr, off, stride) \
+    coopMatStore(m, arr, off, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define gk_cm_mul_add(a, b, c) coopMatMulAdd(a, b, c)
 // Workgroup memory written by one subgroup and read by the same subgroup.
 #define GK_SUBGROUP_BARRIER() subgroupMemoryBarrierShared(); subgroupBarrier()

@@ -4,6 +4,7 @@
 #define gk_float2(a, b) float2(a, b)
 #define gk_float4(a, b, c, d) float4(a, b, c, d)
 #define gk_uint2(a, b) uint2(a, b)
+#define gk_uint4(a, b, c, d) uint4(a, b, c, d)
 
 #define GK_LOCAL_ID gk_local_id3.x
 #define GK_GROUP_ID gk_group_id
@@ -20,6 +21,7 @@
 #define gk_bits_to_float(u) as_type<float>(u)
 #define gk_float_to_bits(f) as_type<uint>(f)
 #define gk_unpack_half2(u) float2(as_type<half2>(u))
+#define gk_pack_half2(a, b) as_type<uint>(half2(half(a), half(b)))
 #define gk_fma(a, b, c) fma(a, b, c)
 #define gk_rsqrt(x) rsqrt(x)
 #define gk_min(a, b) min(a, b)

@@ -23,6 +23,18 @@
 #ifndef GK_ATTN_PREFILL
 #define GK_ATTN_PREFILL 0
 #endif
+// GK_ATTN_SPLIT=1 (decode only, stamp attention_decode_split): the visible keys of a query are
+// cut into gz = GK_NUM_GROUPS.z consecutive chunks, workgroup z taking chunk z, so a few heads
+// still make many workgroups; each writes its chunk's unnormalised value sums, weight sum and
+// running max to attn_out at ((t * n_head + h) * gz + z) * (head_dim_v + 2) (sums, then the
+// weight sum, then the max; an empty chunk writes zeros and GK_ATTN_NONE), and
+// attention_merge.gk.h adds the chunks. out_off and out_stride are unused then.
+#ifndef GK_ATTN_SPLIT
+#define GK_ATTN_SPLIT 0
+#endif
+#if GK_ATTN_SPLIT && GK_ATTN_PREFILL
+#error "GK_ATTN_SPLIT is a decode form (GK_ATTN_PREFILL=0)"
+#endif
 #if GK_ATTN_PREFILL
 #define GK_ATTN_TQ GK_ATTN_PREFILL
 #else
@@ -69,6 +81,17 @@ GK_KERNEL(attention, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     // The first key any query of the tile sees (cpu::attention: p - window < k <= p).
     bool cut = args.window > 0u && pos_first + 1u > args.window;
     uint k_begin = cut ? pos_first + 1u - args.window : 0u;
+    // One past the last key this workgroup reads.
+    uint k_end = pos_last + 1u;
+#if GK_ATTN_SPLIT
+    {
+        uint n_split = GK_NUM_GROUPS.z;
+        uint chunk = (k_end - k_begin + n_split - 1u) / n_split;
+        uint lo = gk_min(k_begin + GK_GROUP_ID.z * chunk, k_end);
+        k_end = gk_min(lo + chunk, k_end);
+        k_begin = lo;
+    }
+#endif
     // Rows of the caches as uint (f16 pair) indices.
     uint k_row = args.n_head_kv * dh;
     uint v_row = args.n_head_kv * dvh;
@@ -99,8 +122,8 @@ GK_KERNEL(attention, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
 #endif
     GK_BARRIER();
 
-    for (uint kb = k_begin; kb <= pos_last; kb += GK_ATTN_KB) {
-        uint nk = gk_min(uint(GK_ATTN_KB), pos_last + 1u - kb);
+    for (uint kb = k_begin; kb < k_end; kb += GK_ATTN_KB) {
+        uint nk = gk_min(uint(GK_ATTN_KB), k_end - kb);
         // 1. Scores of key kb + tid against every query of the tile.
         uint key = kb + tid;
         float dots[GK_ATTN_TQ];
@@ -234,11 +257,21 @@ GK_KERNEL(attention, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
                 o1 += qs[(k * GK_ATTN_TQ + qi) * DV + 2u * tid + 1u];
                 l += sc[k * GK_ATTN_TQ + qi];
             }
+#if GK_ATTN_SPLIT
+            uint o = ((t0 * args.n_head + h) * GK_NUM_GROUPS.z + GK_GROUP_ID.z) * (DV + 2u);
+            attn_out[o + 2u * tid] = o0;
+            attn_out[o + 2u * tid + 1u] = o1;
+            if (tid == 0u) {
+                attn_out[o + DV] = l;
+                attn_out[o + DV + 1u] = m_run;
+            }
+#else
             // Every query sees at least its own key, so l > 0.
             float inv = gk_div(1.0f, l);
             uint o = args.out_off + (t0 + qi) * args.out_stride + h * DV + 2u * tid;
             attn_out[o] = o0 * inv;
             attn_out[o + 1u] = o1 * inv;
+#endif
         }
     }
 }

