@@ -15,6 +15,8 @@ jsonschema = pytest.importorskip("jsonschema", reason="the test extra installs j
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 SCHEMA = json.loads((BENCH / "schema.json").read_text())
 RECORDS = sorted((BENCH / "records").glob("*.json"))
+# The breakage cases edit an llm record's fields (quant, the GPU probe, the llm test names).
+LLM_RECORD = next(p for p in RECORDS if p.name.startswith("llm-"))
 
 
 def check(rec: dict) -> None:
@@ -48,7 +50,7 @@ def test_record_follows_the_schema(path):
                                       "noisy_wrong", "no_kind", "no_backend", "bad_box",
                                       "bad_vulkan_api", "llm_without_quant"])
 def test_broken_records_are_refused(breakage):
-    rec = copy.deepcopy(json.loads(RECORDS[0].read_text()))
+    rec = copy.deepcopy(json.loads(LLM_RECORD.read_text()))
     row = next(r for r in rec["rows"] if r["engine"] == "dasllama")
     if breakage == "no_median":
         del row["median"]
@@ -81,7 +83,7 @@ def test_broken_records_are_refused(breakage):
 
 
 def test_optional_gpu_probe_is_accepted():
-    rec = copy.deepcopy(json.loads(RECORDS[0].read_text()))
+    rec = copy.deepcopy(json.loads(LLM_RECORD.read_text()))
     rec["machine"]["gpus"] = [{"name": "NVIDIA H200", "driver": "550.54.15",
                                "vulkan_api": "1.3.277", "source": "vulkaninfo"}]
     check(rec)
@@ -98,7 +100,7 @@ def _tts_row(engine: str, test: str, unit: str, median: float) -> dict:
 
 
 def synthetic_tts_record() -> dict:
-    rec = copy.deepcopy(json.loads(RECORDS[0].read_text()))
+    rec = copy.deepcopy(json.loads(LLM_RECORD.read_text()))
     rec["config"] = {"reps": 5, "threads": 2, "warmup": 1, "alternate": True}
     rec["engines"] = {"dasllama": {"version": "0.1.0"}, "pocket-tts": {"version": "1.0.1"}}
     rec.pop("memory"), rec.pop("validation")
