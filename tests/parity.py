@@ -33,3 +33,20 @@ def word_error_rate(hyp: str, ref: str) -> float:
         for j, hw in enumerate(h, 1):
             prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (rw != hw))
     return row[-1] / max(1, len(r))
+
+
+def assert_same_segments(mine, ref, time_bar: float, logprob_bar: float) -> None:
+    """Two transcriptions' segments alike: text, tokens and seeks exactly; start and end
+    within ``time_bar`` seconds; average log-probability and no-speech probability within
+    ``logprob_bar``; the compression ratio to rounding."""
+    import pytest
+
+    assert [s.text for s in mine] == [s.text for s in ref]
+    assert [list(s.tokens) for s in mine] == [list(s.tokens) for s in ref]
+    for a, b in zip(mine, ref):
+        assert a.start == pytest.approx(b.start, abs=time_bar)
+        assert a.end == pytest.approx(b.end, abs=time_bar)
+        assert a.seek == b.seek
+        assert a.avg_logprob == pytest.approx(b.avg_logprob, abs=logprob_bar)
+        assert a.no_speech_prob == pytest.approx(b.no_speech_prob, abs=logprob_bar)
+        assert a.compression_ratio == pytest.approx(b.compression_ratio, rel=1e-9)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from parity import assert_same_segments, word_error_rate
 from requires import require
 
 FIXTURES = Path(__file__).parent / "fixtures" / "asr"
@@ -57,15 +58,7 @@ def run_both(engines, clip: str, beam_size: int = 1, **options):
 
 
 def same(mine, ref) -> None:
-    assert [s.text for s in mine] == [s.text for s in ref]
-    assert [list(s.tokens) for s in mine] == [list(s.tokens) for s in ref]
-    for a, b in zip(mine, ref):
-        assert a.start == pytest.approx(b.start, abs=BAR_TIME)
-        assert a.end == pytest.approx(b.end, abs=BAR_TIME)
-        assert a.seek == b.seek
-        assert a.avg_logprob == pytest.approx(b.avg_logprob, abs=BAR_LOGPROB)
-        assert a.no_speech_prob == pytest.approx(b.no_speech_prob, abs=BAR_LOGPROB)
-        assert a.compression_ratio == pytest.approx(b.compression_ratio, rel=1e-9)
+    assert_same_segments(mine, ref, BAR_TIME, BAR_LOGPROB)
 
 
 @pytest.mark.parametrize("clip", CLIPS)
@@ -152,17 +145,6 @@ def test_silence_and_noise_equal_faster_whisper(engines):
                                      no_speech_threshold=None)[0])
         print("no skip:", [s.text for s in ref])
         same(mine, ref)
-
-
-def word_error_rate(hyp: str, ref: str) -> float:
-    """Word-level Levenshtein distance over the reference's word count."""
-    h, r = hyp.split(), ref.split()
-    row = list(range(len(h) + 1))
-    for i, rw in enumerate(r, 1):
-        prev, row[0] = row[0], i
-        for j, hw in enumerate(h, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (rw != hw))
-    return row[-1] / max(1, len(r))
 
 
 # The int8 lane (Q8_0 weights, 8-bit activations) against the float32 lane: measured here,

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from parity import assert_same_segments
 from requires import require
 
 from dasllama import models
@@ -223,15 +224,7 @@ def run_both(base, theirs, clip: str, **options):
 
 
 def same(mine, ref) -> None:
-    assert [s.text for s in mine] == [s.text for s in ref]
-    assert [list(s.tokens) for s in mine] == [list(s.tokens) for s in ref]
-    for a, b in zip(mine, ref):
-        assert a.start == pytest.approx(b.start, abs=BAR_TIME)
-        assert a.end == pytest.approx(b.end, abs=BAR_TIME)
-        assert a.seek == b.seek
-        assert a.avg_logprob == pytest.approx(b.avg_logprob, abs=BAR_LOGPROB)
-        assert a.no_speech_prob == pytest.approx(b.no_speech_prob, abs=BAR_LOGPROB)
-        assert a.compression_ratio == pytest.approx(b.compression_ratio, rel=1e-9)
+    assert_same_segments(mine, ref, BAR_TIME, BAR_LOGPROB)
 
 
 def _softmax_over(logits: np.ndarray, ids) -> np.ndarray:
