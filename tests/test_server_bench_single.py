@@ -6,10 +6,8 @@ unit, statistics over the repetitions, the same work on both sides, the pairing 
 ratio) and the validation that refuses a comparison of different work. Nothing here asserts a
 time.
 
-bench/schema.json does not know this cell yet (its serve rows are dasllama or llama.cpp, its
-serve tests the level and prefix cells): the record check below validates against the schema
-with the additions the cell needs (_schema: the engine, the test name and its unit), which
-are no-ops once the schema has them.
+The record validates against bench/schema.json, which lists the cell's engine (LLM.generate)
+and test (single_c1, in t/s) among the serve rows.
 """
 
 from __future__ import annotations
@@ -30,29 +28,11 @@ pytestmark = pytest.mark.timeout(600)
 
 REPS = 3
 MAX_TOKENS = 12
-SINGLE_TEST_PATTERN = "^((prefix_)?(agg|req|ttft_p50|ttft_p95)|single)_c[0-9]+$"
-SINGLE_UNIT = {"if": {"properties": {"test": {"pattern": "^single_"}}},
-               "then": {"properties": {"unit": {"const": "t/s"}}}}
 
 
 def _schema() -> dict:
-    """bench/schema.json with what the single cell needs: the engine
-    LLM.generate and the test single_c1, in t/s, among the serve rows."""
-    schema = json.loads((Path(__file__).resolve().parent.parent / "bench" / "schema.json")
-                        .read_text())
-    row = schema["$defs"]["row"]
-    engines = row["properties"]["engine"]["enum"]
-    if "LLM.generate" not in engines:
-        engines.append("LLM.generate")
-    for branch in row["allOf"]:
-        if branch["if"]["properties"]["kind"].get("const") == "serve":
-            props = branch["then"]["properties"]
-            if "LLM.generate" not in props["engine"]["enum"]:
-                props["engine"]["enum"].append("LLM.generate")
-            if not re.match(props["test"]["pattern"], "single_c1"):
-                props["test"]["pattern"] = SINGLE_TEST_PATTERN
-                branch["then"]["allOf"].append(SINGLE_UNIT)
-    return schema
+    return json.loads((Path(__file__).resolve().parent.parent / "bench" / "schema.json")
+                      .read_text())
 
 
 @pytest.fixture(scope="module")
