@@ -226,10 +226,10 @@ def test_a_noisy_engine_is_run_once_more_and_keeps_its_first_attempt(monkeypatch
 
 
 def test_quiet_wait_runs_a_disturbed_request_again(monkeypatch):
-    from dasllama.bench import serve
+    from dasllama.bench import quiet
     busy = iter([0.0, 5.0] + [10.0, 10.0] * 100)   # the first request: 5 s of others' CPU
-    monkeypatch.setattr(serve, "_machine_busy_s", lambda: next(busy))
-    monkeypatch.setattr(serve, "wait_quiet", lambda runners, limit: 0.25)
+    monkeypatch.setattr(quiet, "machine_busy_s", lambda: next(busy))
+    monkeypatch.setattr(quiet, "wait_quiet", lambda runners, limit: 0.25)
     r = FakeRunner("dasllama")
     r.validated = True
     got = asr._guarded_run(r, [r], Path("c.npy"), 1, quiet_wait=5.0)

@@ -142,11 +142,12 @@ def test_a_repetition_is_disturbed_by_others_cpu_use_alone(monkeypatch):
     assert serve._disturbed({"others_cpu_s": 1.0, "wall_ns": 10 * 10**9, "agg": 999.0})
     assert not serve._disturbed({"others_cpu_s": None, "wall_ns": 10**9})
     # the wait for quiet is bounded, and ends once quiet windows come in a row
-    monkeypatch.setattr(serve, "_others_busy", lambda servers: 1.0)
-    assert 0.2 <= serve.wait_quiet([], 0.2) < 5
+    from dasllama.bench import quiet
+    monkeypatch.setattr(quiet, "others_busy", lambda processes: 1.0)
+    assert 0.2 <= quiet.wait_quiet([], 0.2) < 5
     calls = iter([1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])
-    monkeypatch.setattr(serve, "_others_busy", lambda servers: next(calls))
-    serve.wait_quiet([], 60)
+    monkeypatch.setattr(quiet, "others_busy", lambda processes: next(calls))
+    quiet.wait_quiet([], 60)
     assert next(calls) == 1.0      # stopped after the third quiet window in a row
 
 

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from . import quiet
 from .llm import BenchError, _sha256, schedule
 from .record import NOISE_CV
 from .stats import summarize
@@ -80,7 +81,6 @@ FIXTURE_ORDER = ("us_plain.flac", "gb_fast.flac", "over_30s.flac", "long_silence
 GAP_S = 0.5              # silence between fixture clips in a built clip
 DEFAULT_PAUSE_S = 0.1    # rest before each timed request: the other runner's threads go idle
 RUNNER_START_S = 600.0   # a runner that has not said "ready" by then (a conversion) has failed
-DISTURBED_RETRIES = 3    # a disturbed request runs again at most this many times
 
 
 # ----------------------------------------------------------------------------------------
@@ -385,20 +385,22 @@ def _figures(reqs: Sequence[Request], seconds: float) -> dict:
 
 def _guarded_run(runner, runners, clip, beam, quiet_wait: float) -> Request:
     """One timed request; with ``quiet_wait`` the machine's quiet is waited for first, others'
-    CPU use measured, and a disturbed request run again (DISTURBED_RETRIES at most)."""
-    from .serve import DISTURBED_CORES, _cpu_self, _machine_busy_s, wait_quiet
+    CPU use measured, and a disturbed request run again (quiet.DISTURBED_RETRIES at most)."""
     discarded: list = []
+
+    def ours() -> float:
+        return sum(x.cpu_seconds() for x in runners) + quiet.cpu_self()
+
     while True:
-        waited = wait_quiet(runners, quiet_wait) if quiet_wait else 0.0
-        busy0, ours0 = _machine_busy_s(), sum(r.cpu_seconds() for r in runners) + _cpu_self()
+        waited = quiet.wait_quiet(runners, quiet_wait) if quiet_wait else 0.0
+        busy0, ours0 = quiet.machine_busy_s(), ours()
         r = runner.run(clip, beam)
-        busy1, ours1 = _machine_busy_s(), sum(x.cpu_seconds() for x in runners) + _cpu_self()
+        busy1, ours1 = quiet.machine_busy_s(), ours()
         r.waited_s = waited
         if busy0 is not None and busy1 is not None:
             r.others_cpu_s = max(0.0, (busy1 - busy0) - (ours1 - ours0))
-        disturbed = (quiet_wait and r.others_cpu_s is not None and
-                     r.others_cpu_s > DISTURBED_CORES * r.wall_ns / 1e9)
-        if not disturbed or len(discarded) >= DISTURBED_RETRIES:
+        disturbed = quiet_wait and quiet.disturbed(r.others_cpu_s, r.wall_ns / 1e9)
+        if not disturbed or len(discarded) >= quiet.DISTURBED_RETRIES:
             r.discarded = discarded
             return r
         discarded.append(r.wall_ns)

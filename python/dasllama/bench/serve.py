@@ -34,7 +34,6 @@ import functools
 import json
 import os
 import re
-import resource
 import sys
 import tempfile
 import time
@@ -44,6 +43,8 @@ from typing import Callable, Optional, Sequence
 from . import probe
 from .llama_cpp import PeerError
 from .llm import BenchError, model_info, schedule
+from .quiet import (DISTURBED_RETRIES, QUIET_CORES, QUIET_STREAK, QUIET_WINDOW_S, cpu_self,
+                    disturbed, machine_busy_s, wait_quiet)
 from .record import NOISE_CV
 from .serve_load import (CLK_TCK, SYSTEM_PROMPT, ServeError, ServerProcess, free_port,
                          percentile, prefix_bodies, request_bodies, run_level, stream_chat)
@@ -277,60 +278,8 @@ def rows_for(engine: Engine, model: dict, cell: dict, reps_figures: list,
 # ----------------------------------------------------------------------------------------
 # the benchmark
 
-def _cpu_self() -> float:
-    u = resource.getrusage(resource.RUSAGE_SELF)
-    return u.ru_utime + u.ru_stime
-
-
-def _machine_busy_s() -> Optional[float]:
-    """CPU seconds all processes of the machine have been busy (Linux /proc/stat), or None."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    # user nice system idle iowait irq softirq steal ...: all but idle and iowait
-    return (sum(fields[:8]) - fields[3] - fields[4]) / CLK_TCK
-
-
-QUIET_WINDOW_S = 1.0       # the window over which others' CPU use is sampled
-QUIET_CORES = 0.2          # others using less than this share of one core: quiet enough
-QUIET_STREAK = 3           # ... in this many windows in a row (others' tests come in bursts)
-# A repetition during which the rest of the machine used more than this share of a core on
-# average was disturbed (a quiet box measures under 0.01); with --quiet-wait it is run again,
-# at most DISTURBED_RETRIES times, and the rows keep what the discarded attempts measured.
-DISTURBED_CORES = 0.05
-DISTURBED_RETRIES = 3
-
-
-def _others_busy(servers: Sequence[ServerProcess], window: float = QUIET_WINDOW_S) -> float:
-    """Cores' worth of CPU that processes outside this run used over ``window`` seconds."""
-    ours0 = sum(s.cpu_seconds() for s in servers) + _cpu_self()
-    busy0 = _machine_busy_s()
-    time.sleep(window)
-    busy1 = _machine_busy_s()
-    ours1 = sum(s.cpu_seconds() for s in servers) + _cpu_self()
-    if busy0 is None or busy1 is None:
-        return 0.0
-    return max(0.0, (busy1 - busy0) - (ours1 - ours0)) / window
-
-
 def _disturbed(fig: dict) -> bool:
-    """Whether others used more than DISTURBED_CORES of a core on average during the rep."""
-    others = fig.get("others_cpu_s")
-    return others is not None and others > DISTURBED_CORES * fig["wall_ns"] / 1e9
-
-
-def wait_quiet(servers: Sequence[ServerProcess], limit: float) -> float:
-    """Before a repetition: wait, up to ``limit`` seconds, until the rest of the machine has
-    used less than QUIET_CORES of a core for QUIET_STREAK windows in a row (a shared box:
-    others' builds and tests). Returns the seconds waited; the repetition then runs whether
-    or not it became quiet."""
-    t0 = time.monotonic()
-    streak = 0
-    while streak < QUIET_STREAK and time.monotonic() - t0 < limit:
-        streak = streak + 1 if _others_busy(servers) < QUIET_CORES else 0
-    return time.monotonic() - t0
+    return disturbed(fig.get("others_cpu_s"), fig["wall_ns"] / 1e9)
 
 
 def _one_rep(server: ServerProcess, idle: list, bodies: list, concurrency: int,
@@ -339,8 +288,8 @@ def _one_rep(server: ServerProcess, idle: list, bodies: list, concurrency: int,
     plus the CPU seconds of the active server, of this client, of the idle servers, and of
     everything else on the machine (work nobody in this run did: others' load)."""
     idle0 = [s.cpu_seconds() for s in idle]
-    busy0 = _machine_busy_s()
-    cpu0, me0 = server.cpu_seconds(), _cpu_self()
+    busy0 = machine_busy_s()
+    cpu0, me0 = server.cpu_seconds(), cpu_self()
     try:
         level = run_level(HOST, server.port, bodies, concurrency, timeout)
     except ServeError as e:
@@ -348,10 +297,10 @@ def _one_rep(server: ServerProcess, idle: list, bodies: list, concurrency: int,
     _check_tokens(server.name, level, max_tokens)
     fig = level_figures(level)
     fig["server_cpu_s"] = server.cpu_seconds() - cpu0
-    fig["client_cpu_s"] = _cpu_self() - me0
+    fig["client_cpu_s"] = cpu_self() - me0
     idle_used = [s.cpu_seconds() - c for s, c in zip(idle, idle0)]
     fig["idle_cpu_s"] = max(idle_used or [0.0])
-    busy1 = _machine_busy_s()
+    busy1 = machine_busy_s()
     fig["others_cpu_s"] = (None if busy0 is None or busy1 is None else max(
         0.0, busy1 - busy0 - fig["server_cpu_s"] - fig["client_cpu_s"] - sum(idle_used)))
     return fig

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import http.client
 import json
-import resource
 import time
 from typing import Callable
 
+from .quiet import cpu_self
 from .serve_load import SENTENCES, ServeError, ServerProcess
 from .stats import summarize
 
@@ -77,11 +77,6 @@ def time_generate(llm, ids: list, max_tokens: int) -> dict:
             "text": text, "finish": st.get("finish_reason")}
 
 
-def _cpu_self() -> float:
-    u = resource.getrusage(resource.RUSAGE_SELF)
-    return u.ru_utime + u.ru_stime
-
-
 def _tps(fig: dict) -> float:
     return fig["tokens"] * 1e9 / fig["wall_ns"]
 
@@ -108,10 +103,10 @@ def measure_single(server: ServerProcess, llm, model_id: str, *, reps: int, max_
     for rep in range(reps):
         for name in ("dasllama", ANCHOR):
             waited = before_rep()
-            cpu0 = server.cpu_seconds() if name == "dasllama" else _cpu_self()
+            cpu0 = server.cpu_seconds() if name == "dasllama" else cpu_self()
             fig = (time_server(host, server.port, model_id, ids, max_tokens, timeout)
                    if name == "dasllama" else time_generate(llm, ids, max_tokens))
-            fig["cpu_s"] = (server.cpu_seconds() if name == "dasllama" else _cpu_self()) - cpu0
+            fig["cpu_s"] = (server.cpu_seconds() if name == "dasllama" else cpu_self()) - cpu0
             if fig["tokens"] != called["tokens"]:
                 raise ServeError(f"single request: {name} generated {fig['tokens']} tokens "
                                  f"this time, {called['tokens']} at validation")
