@@ -46,7 +46,7 @@ from .llm import BenchError, model_info, schedule
 from .quiet import (DISTURBED_RETRIES, QUIET_CORES, QUIET_STREAK, QUIET_WINDOW_S, cpu_self,
                     disturbed, machine_busy_s, wait_quiet)
 from .record import NOISE_CV
-from .serve_load import (CLK_TCK, SYSTEM_PROMPT, ServeError, ServerProcess, free_port,
+from .serve_load import (SYSTEM_PROMPT, ServeError, ServerProcess, free_port,
                          percentile, prefix_bodies, request_bodies, run_level, stream_chat)
 from .serve_single import single_cell
 from .stats import summarize
