@@ -79,6 +79,8 @@ _MUSIC = set("\u2669\u266a\u266b\u266c\u266d\u266e\u266f")
 # A name longer than this, or more dimensions than ggml has, is not a tensor header.
 _MAX_NAME = 256
 _MAX_DIMS = 4
+# A token longer than this is a corrupt length field (Whisper's longest token is 128 bytes).
+_MAX_TOKEN = 1024
 
 
 class GgmlWhisperError(ConvertError):
@@ -155,7 +157,7 @@ class GgmlWhisper:
         return np.frombuffer(self._take(4 * n, what).tobytes(), dtype="<f4").astype(np.float32)
 
     def _bytes(self, n: int, what: str) -> bytes:
-        if not 0 <= n <= _MAX_NAME * 4:
+        if not 0 <= n <= _MAX_TOKEN:
             raise GgmlWhisperError(f"{self.path}: offset {self._at - 4}: {what} has length {n}")
         return self._take(n, what).tobytes()
 
