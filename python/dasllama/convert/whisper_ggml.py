@@ -32,6 +32,7 @@ from typing import Union
 import numpy as np
 
 from . import ConvertError, GGUF_TYPES, encoded_nbytes
+from ..whisper_languages import LANGUAGES as WHISPER_LANGUAGES
 from .bpe import bpe_by_rank, byte_encoder, merges_from_ranks
 from .whisper import (N_FFT, SAMPLE_RATE, WhisperTensor, read_whisper_dir,
                       write_whisper_gguf)
@@ -54,11 +55,7 @@ MULTILINGUAL_VOCAB = 51865    # n_vocab from which a model is multilingual
 ENGLISH_EOT = 50256           # <|endoftext|> of the English-only vocabulary (+1 multilingual)
 _LANGUAGE_BASE = 51765        # n_vocab - this (- 1 if multilingual) = languages in the vocab
 # Whisper's language tokens in id order (<|en|> right after <|startoftranscript|>).
-LANGUAGES = tuple(
-    "en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no "
-    "th ur hr bg lt la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw "
-    "gl mr pa si km sn yo so af oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl "
-    "mg as tt haw ln ha ba jw su yue".split())
+LANGUAGES = tuple(WHISPER_LANGUAGES)
 # whisper.cpp's alignment-head presets, by (text layers, text width, English-only).
 _ALIGNMENT_HEADS = {
     (4, 384, True): [(1, 0), (2, 0), (2, 5), (3, 0), (3, 1), (3, 2), (3, 3), (3, 4)],

@@ -19,7 +19,8 @@ response_format (default json):
   text/plain body. The text is the segments' texts joined, stripped at both ends (what
   ``"".join(s.text for s in segments).strip()`` gives on ``ASR.transcribe``'s segments).
 - srt, vtt: subtitles, one cue per segment (dasllama.transcribe_cli's writer).
-- verbose_json: ``{"task", "language", "duration", "text", "segments", "usage"}``, each
+- verbose_json: ``{"task", "language", "duration", "text", "segments", "usage"}`` (the
+  language by its English name, "german", as OpenAI gives it), each
   segment with faster-whisper's fields (id counted from 0, as OpenAI does); with the word
   granularity also ``"words": [{"word", "start", "end"}]``. The segment granularity is what
   verbose_json always returns; granularities need verbose_json, as with OpenAI.
@@ -50,6 +51,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.datastructures import UploadFile
 
+from ...whisper_languages import language_name
 from ..bridge import sse, watch_disconnect
 from ..errors import APIError, validation_message
 from ..generation import EventStreamResponse
@@ -312,7 +314,8 @@ def _response(body: TranscriptionForm, task: str, info, segments: list):
         return PlainTextResponse(text + "\n", media_type=MEDIA_TYPES["text"])
     if fmt in ("srt", "vtt"):
         return PlainTextResponse(_subtitles(segments, info, fmt), media_type=MEDIA_TYPES[fmt])
-    out = {"task": task, "language": info.language, "duration": float(info.duration),
+    out = {"task": task, "language": language_name(info.language),
+           "duration": float(info.duration),
            "text": text, "segments": [_segment(i, s) for i, s in enumerate(segments)],
            "usage": _usage(info)}
     if "word" in body.timestamp_granularities:
