@@ -185,6 +185,14 @@ def test_lossy_formats_decode_at_the_model_rate(sf, client, spoken, fmt):
     assert np.std(audio) > 0
 
 
+def test_openai_default_model_name_is_the_only_tts_model(server):
+    body = {"input": TEXT, "voice": "default", "response_format": "pcm", "seed": SEED}
+    ours = _post(server, dict(body, model="pocket"))
+    theirs = _post(server, dict(body, model="tts-1"))
+    assert ours.status_code == theirs.status_code == 200, theirs.text
+    assert theirs.content == ours.content and len(ours.content) > 0
+
+
 def test_default_format_is_mp3_as_openai(sf, server):
     r = _post(server, {"model": "pocket", "input": TEXT, "voice": "default", "seed": SEED})
     assert r.status_code == 200
@@ -284,7 +292,7 @@ def test_sse_events(server, client, tts):
     ({"input": "caf\u00e9"}, 400, "input", ["cannot encode"]),
     ({"input": "a" * 5000}, 400, "input", []),
     ({"temperature": -1.0}, 400, "temperature", []),
-    ({"model": "tts-1"}, 404, "model", ["tts-1"]),
+    ({"model": "tts-9"}, 404, "model", ["tts-9"]),
 ])
 def test_bad_requests_are_named(server, change, status, field, words):
     body = {"model": "pocket", "input": TEXT, "voice": "default", "response_format": "pcm",

@@ -638,5 +638,18 @@ def test_translation_and_language_on_a_multilingual_model(multilingual):
                 warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             c.audio.translations.create(model=MODEL, file=f)   # the English-only one refuses
+    # With two ASR models, OpenAI's default name picks neither: the request must name one.
+    r = _post(srv, data={"model": "whisper-1"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "model_required", r.text
     r = _post(srv, data={})        # two ASR models: the model field is required
     assert r.status_code == 400 and r.json()["error"]["param"] == "model"
+
+
+def test_openai_default_model_name_is_the_only_asr_model(server, expected):
+    """Clients that send OpenAI's whisper-1 (its SDK's examples, Open WebUI) reach this server's
+    one ASR model; a name that is neither is still a 404."""
+    r = _post(server, data={"model": "whisper-1"})
+    assert r.status_code == 200, r.text
+    assert r.json()["text"] == _text(expected("gb_fast")[0])
+    r = _post(server, data={"model": "whisper-2"})
+    assert r.status_code == 404 and r.json()["error"]["param"] == "model"

@@ -44,6 +44,14 @@ THROUGHPUT_WINDOW_S = 10.0
 _CUMULATIVE = ("prompt_tokens", "cached_tokens", "prompt_cache_hits", "generated_tokens", "steps")
 
 
+# OpenAI's model names that its clients send by default (Open WebUI, the SDK's examples): on
+# a route of that kind they stand for this server's only model of it.
+OPENAI_MODEL_NAMES = {
+    "asr": ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe"),
+    "tts": ("tts-1", "tts-1-hd", "gpt-4o-mini-tts"),
+}
+
+
 def _retrieve_exception(task: asyncio.Task) -> None:
     """Marks a failed load's error as seen: when every request waiting for the load was
     cancelled, nobody else reads it (it is recorded in the entry's error)."""
@@ -298,8 +306,9 @@ class ModelRegistry:
         return self._entries.get(name)
 
     def resolve(self, name: Optional[str], kind: str = "llm") -> ModelEntry:
-        """The entry a request's `model` field names. None picks the only model of that kind;
-        an unknown name is a 404, a model of another kind a 400."""
+        """The entry a request's `model` field names. None, or one of OpenAI's own model
+        names for that kind (OPENAI_MODEL_NAMES) that no model here is called, picks the only
+        model of that kind; an unknown name is a 404, a model of another kind a 400."""
         if name is None:
             of_kind = [e for e in self._entries.values() if e.kind == kind]
             if len(of_kind) == 1:
@@ -311,6 +320,8 @@ class ModelRegistry:
                                 f"({', '.join(e.name for e in of_kind)})", param="model",
                            code="model_required")
         entry = self._entries.get(name)
+        if entry is None and name in OPENAI_MODEL_NAMES.get(kind, ()):
+            return self.resolve(None, kind)
         if entry is None:
             known = ", ".join(sorted(self._entries)) or "none"
             raise APIError(404, f"the model {name!r} does not exist on this server (models: "
