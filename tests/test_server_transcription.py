@@ -297,7 +297,7 @@ def test_translation_on_an_english_only_model_is_400(client, server, expected):
 def test_unknown_or_wrong_model(server, expected):
     from test_server_support import assert_error_shape
 
-    err = assert_error_shape(_post(server, data={"model": "whisper-1"}), 404,
+    err = assert_error_shape(_post(server, data={"model": "whisper-9"}), 404,
                              param_contains="model")
     assert MODEL in err["message"]
     _still_serves(server, expected)
