@@ -419,50 +419,35 @@ def _add_bench_parser(sub) -> None:
     p.add_argument("--records", metavar="DIR", help="stored records (default bench/records)")
     p.set_defaults(run=_run_bench, bench_parser=p)
     bsub = p.add_subparsers(dest="bench_command")
-    q = bsub.add_parser("llm", help="LLM prompt (ppN) and generation (tgN) throughput",
-                        description=llm.__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_llm_arguments(q)
-    q.set_defaults(run=run_llm)
-    from . import tts
-    q = bsub.add_parser("tts", help="Pocket TTS request time, first audio and real-time "
-                                    "factor against the pocket-tts package",
-                        description=tts.__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_tts_arguments(q)
-    q.set_defaults(run=run_tts)
-    from . import serve
-    q = bsub.add_parser("serve", help="dasllama serve against llama-server: aggregate t/s and "
-                                      "time to first token at several concurrencies",
-                        description=serve.__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    serve.add_serve_arguments(q)
-    q.set_defaults(run=serve.run_serve)
-    from . import asr
-    q = bsub.add_parser("asr", help="Whisper real-time factor, request time and first text "
-                                    "against faster-whisper",
-                        description=asr.__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    asr.add_asr_arguments(q)
-    q.set_defaults(run=asr.run_asr)
-    from . import soak
+
+    def command(name: str, help: str, description: Optional[str], run) -> argparse.ArgumentParser:
+        q = bsub.add_parser(name, help=help, description=description,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        q.set_defaults(run=run)
+        return q
+
+    from . import asr, serve, soak, tts, tune
+    add_llm_arguments(command("llm", "LLM prompt (ppN) and generation (tgN) throughput",
+                              llm.__doc__, run_llm))
+    add_tts_arguments(command("tts", "Pocket TTS request time, first audio and real-time "
+                                     "factor against the pocket-tts package",
+                              tts.__doc__, run_tts))
+    serve.add_serve_arguments(command("serve", "dasllama serve against llama-server: aggregate "
+                                               "t/s and time to first token at several "
+                                               "concurrencies", serve.__doc__, serve.run_serve))
+    asr.add_asr_arguments(command("asr", "Whisper real-time factor, request time and first "
+                                         "text against faster-whisper",
+                                  asr.__doc__, asr.run_asr))
     soak.add_soak_parser(bsub)
-    q = bsub.add_parser("check", help="compare a fresh record with the stored one of its box",
-                        description=check.__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    q = command("check", "compare a fresh record with the stored one of its box",
+                check.__doc__, run_check)
     q.add_argument("record", help="the fresh run's record (JSON)")
     q.add_argument("--records", metavar="DIR", help="stored records (default bench/records)")
-    q.set_defaults(run=run_check)
-    q = bsub.add_parser("board", help="render the records as HTML and PNG charts",
-                        description=_board_doc(),
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    q = command("board", "render the records as HTML and PNG charts", _board_doc(), run_board)
     q.add_argument("--records", metavar="DIR", help="records to show (default bench/records)")
     q.add_argument("--out", metavar="DIR", help="where to write (default bench/board)")
-    q.set_defaults(run=run_board)
-    from . import tune
-    q = bsub.add_parser("tune", help="race kernel choices on a model; write the tuning file",
-                        description=tune.__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    q = command("tune", "race kernel choices on a model; write the tuning file",
+                tune.__doc__, run_tune)
     q.add_argument("--model", "-m", default="smollm2", metavar="NAME|PATH",
                    help="the model to race on (default smollm2)")
     q.add_argument("--threads", "-t", type=int, default=None,
@@ -475,12 +460,9 @@ def _add_bench_parser(sub) -> None:
     q.add_argument("--out", "-o", metavar="FILE",
                    help=f"the tuning file (default ${tuning.ENV}, else the per-user file)")
     q.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
-    q.set_defaults(run=run_tune)
-    q = bsub.add_parser("tuning", help="show the tuning file and the knobs in effect",
-                        description=tuning.__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    q = command("tuning", "show the tuning file and the knobs in effect", tuning.__doc__,
+                run_tuning_show)
     q.add_argument("file", nargs="?", help="a tuning file (default: this box's)")
-    q.set_defaults(run=run_tuning_show)
 
 
 def _board_doc() -> str:
