@@ -212,14 +212,7 @@ def stream_chat(host: str, port: int, body: dict, timeout: float, index: int = 0
         if resp.status != 200:
             said = resp.read(2000).decode("utf-8", "replace")
             raise ServeError(f"request {index}: HTTP {resp.status}: {said}")
-        while True:
-            line = resp.readline()
-            if not line:
-                break
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
+        for data in sse_data(resp):
             if data == b"[DONE]":
                 done = True
                 break
@@ -304,6 +297,18 @@ def run_level(host: str, port: int, bodies: Sequence[dict], concurrency: int,
     if errors:
         raise errors[0]
     return LevelResult(wall, results)
+
+
+def sse_data(resp):
+    """The data payloads of a server-sent-event response, in order, ending after b"[DONE]"
+    when the server sends it (other fields and comment lines are skipped)."""
+    for line in iter(resp.readline, b""):
+        line = line.strip()
+        if line.startswith(b"data:"):
+            data = line[5:].strip()
+            yield data
+            if data == b"[DONE]":
+                return
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -48,7 +48,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import probe
 from .llama_cpp import PeerError
-from .serve_load import ServerProcess, _proc_status, free_port, percentile
+from .serve_load import ServerProcess, _proc_status, free_port, percentile, sse_data
 
 __all__ = ["main", "add_soak_arguments", "add_soak_parser", "run_soak", "soak", "summarize",
            "format_summary", "one_request", "malformed_bodies", "Outcome", "MIX",
@@ -156,14 +156,7 @@ def _stream(port: int, path: str, body: bytes, timeout: float,
         resp = conn.getresponse()
         if resp.status != 200:
             return resp.status, resp.getheader("Retry-After"), [resp.read()], False
-        while True:
-            line = resp.readline()
-            if not line:
-                break
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
+        for data in sse_data(resp):
             if data == b"[DONE]":
                 done = True
                 break
