@@ -60,7 +60,6 @@ per thread for parallel work. Several segment iterators of one ASR may be consum
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
@@ -164,19 +163,6 @@ def compression_ratio(text: str) -> float:
     return len(b) / len(zlib.compress(b))
 
 
-def _converted_path(source: Path) -> Path:
-    """Where the GGUF of a CTranslate2 directory (or a whisper.cpp ggml file) lives in the
-    cache. The key covers the source's path and every file's size and modification time, so
-    an edited model converts again."""
-    h = hashlib.sha256(str(source.resolve()).encode())
-    for f in sorted(source.iterdir()) if source.is_dir() else [source]:
-        if f.is_file():
-            st = f.stat()
-            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
-    stem = source.name if source.is_dir() else source.stem
-    return models.cache_dir() / "converted" / f"{stem}.{h.hexdigest()[:16]}.gguf"
-
-
 def _resolve(name_or_path: Union[str, os.PathLike]) -> Path:
     from .convert.whisper import convert_whisper, find_whisper_dir
 
@@ -194,7 +180,7 @@ def _resolve(name_or_path: Union[str, os.PathLike]) -> Path:
             if not is_ggml_file(found):
                 return found
             folder = found   # a whisper.cpp model: converted once, as a directory is
-    target = _converted_path(folder)
+    target = models.converted_path(folder)
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
         convert_whisper(folder, target)

@@ -227,6 +227,20 @@ def cache_dir() -> Path:
     return Path(base) / "dasllama" / "models"
 
 
+def converted_path(source: Union[str, os.PathLike]) -> Path:
+    """Where the GGUF converted from ``source`` (a model folder or file in another format)
+    lives in the cache. The key covers the source's path and every file's size and
+    modification time, so an edited model converts again."""
+    source = Path(source)
+    h = hashlib.sha256(str(source.resolve()).encode())
+    for f in sorted(source.iterdir()) if source.is_dir() else [source]:
+        if f.is_file():
+            st = f.stat()
+            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    stem = source.name if source.is_dir() else source.stem
+    return cache_dir() / "converted" / f"{stem}.{h.hexdigest()[:16]}.gguf"
+
+
 def hub_cache_dir() -> Path:
     """Where Hugging Face files live inside the cache, in huggingface_hub's layout."""
     return cache_dir() / "huggingface"

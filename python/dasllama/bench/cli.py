@@ -411,8 +411,8 @@ def _run_bench(args) -> int:
 
 
 def _add_bench_parser(sub) -> None:
-    """Add ``bench`` and its commands (llm, tts, asr, serve, check, tune, tuning, board) to
-    dasllama's parser."""
+    """Add ``bench`` and its commands (llm, tts, asr, serve, soak, quality, check, tune, tuning,
+    board) to dasllama's parser."""
     p = sub.add_parser("bench", help="measure dasllama against reference engines")
     p.add_argument("--check", dest="check_record", metavar="RECORD",
                    help="the same as `dasllama bench check RECORD`")
@@ -426,7 +426,7 @@ def _add_bench_parser(sub) -> None:
         q.set_defaults(run=run)
         return q
 
-    from . import asr, serve, soak, tts, tune
+    from . import asr, quality, serve, soak, tts, tune
     add_llm_arguments(command("llm", "LLM prompt (ppN) and generation (tgN) throughput",
                               llm.__doc__, run_llm))
     add_tts_arguments(command("tts", "Pocket TTS request time, first audio and real-time "
@@ -439,6 +439,9 @@ def _add_bench_parser(sub) -> None:
                                          "text against faster-whisper",
                                   asr.__doc__, asr.run_asr))
     soak.add_soak_parser(bsub)
+    quality.add_quality_arguments(command("quality", "Kokoro's word error rate through an "
+                                                     "ASR, per lane, against onnxruntime's",
+                                          quality.__doc__, quality.run_quality))
     q = command("check", "compare a fresh record with the stored one of its box",
                 check.__doc__, run_check)
     q.add_argument("record", help="the fresh run's record (JSON)")
