@@ -23,8 +23,13 @@ Public API (what the server calls):
 - ``parse_tool_calls(text, fmt="hermes", make_id=None) -> (content | None, tool_calls)`` and
   ``ToolCallStream(fmt="hermes", make_id=None)`` with ``push(text) -> [delta]`` and
   ``finish() -> [delta]``: the parsers on their own. fmt None passes text through as content.
-- ``tool_format(chat_format) -> "hermes" | "llama3"``, ``template_renders_tools(chat_format)``,
-  ``validate_tools(tools)``, ``validate_tool_choice(tool_choice, tools)``, ``new_call_id()``.
+- ``tool_format(chat_format) -> name``, ``template_renders_tools(chat_format)``,
+  ``template_renders_tool_turns(chat_format)``, ``validate_tools(tools)``,
+  ``validate_tool_choice(tool_choice, tools)``, ``new_call_id()``.
+- ``ToolPlan.rendered_tokens(llm_or_tokenizer) -> {token id: text}``: the format's markers that
+  are control tokens of the model (Mistral's ``[TOOL_CALLS]``, Llama's ``<|python_tag|>``).
+  Generated text leaves control tokens out; the parsers need these, so whoever turns the reply's
+  tokens into text writes them as their text (the server's chat route does).
 - ``ToolError``: a DasllamaError and a ValueError (the server answers 400).
 
 Shapes are OpenAI's. A tool call: ``{"id": "call_...", "type": "function", "function": {"name":
@@ -34,22 +39,25 @@ sent whole, in one delta, once its text is complete. When a reply holds tool cal
 other text is only whitespace, content is None (and the stream sends no content for it).
 The server reports finish_reason "tool_calls" when tool_calls is not empty.
 
-Formats (chosen from the template text, ``tool_format``):
+Formats (chosen from the template text, ``tool_format``; one module each in
+dasllama.tool_formats, whose docstrings give the exact forms): ``hermes`` (``<tool_call>``
+JSON blocks: Qwen 2.5/3, Hermes), ``llama3`` (the whole reply is ``{"name", "parameters"}``
+JSON), ``mistral`` (``[TOOL_CALLS]`` and a JSON list), ``mistral_args``
+(``[TOOL_CALLS]name[ARGS]{...}``), ``deepseek`` and ``deepseek_v31`` (``<｜tool▁calls▁begin｜>``
+sections), ``gemma`` (``tool_code`` blocks). In every format a call that does not parse stays
+in content as written, and a call left open at the end of the text counts when it is
+complete.
 
-- ``hermes`` (Qwen 2.5/3, Hermes, and every template that says ``<tool_call>``): each call is
-  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, whitespace around the JSON
-  allowed. A block whose JSON does not parse, or lacks a name, stays in content as written.
-  A block left open at the end of the text counts when its JSON is complete.
-- ``llama3`` (templates that mention ``<|python_tag|>`` or a ``"parameters"`` answer with
-  Llama's headers): the whole reply is the call, ``{"name": ..., "parameters": {...}}``,
-  optionally after ``<|python_tag|>``; several calls are separated by ``;``. Anything else is
-  content. Text starting with ``{`` is held back while streaming until the reply ends.
-
-Templates that render no tools (the plain and Gemma fallbacks, and Jinja templates that never
-mention ``tools``) get the tool list in the system prompt, in the fixed text of
-``INJECTED_TOOLS_PROMPT`` (hermes format), and the conversation's tool turns rewritten as text:
-an assistant's calls as ``<tool_call>`` blocks after its content, and each run of ``tool``
-results as one user turn of ``<tool_response>\\n...\\n</tool_response>`` blocks.
+Rendering: a template that reads ``tools`` gets them (``native``); call ids are mapped onto the
+ids a family's templates accept (Mistral's 9 characters) and arguments given as the templates
+expect them. A template that writes tool calls and results but never the tool list (DeepSeek
+R1) gets the tools in the system prompt in its format's words (``native_turns``). Templates that
+render no tools at all (the plain fallback, Jinja templates that never mention ``tools``) get
+the tool list in the system prompt in the fixed text of ``INJECTED_TOOLS_PROMPT`` (hermes
+format), and the conversation's tool turns rewritten as text: an assistant's calls as
+``<tool_call>`` blocks after its content, and each run of ``tool`` results as one user turn of
+``<tool_response>\\n...\\n</tool_response>`` blocks; Gemma's turns get the same in its
+``tool_code`` / ``tool_output`` words.
 
 tool_choice: "none" renders no tools and parses no calls; "auto" (the default when tools are
 given) renders them and parses whatever the model writes; "required" and
@@ -60,52 +68,29 @@ exactly one of the named function) whose arguments follow the tool's parameter s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-import secrets
-import string
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from . import tool_formats
 from .chat import ChatFormat, validate_messages
 from .errors import DasllamaError
+from .tool_formats import TOOL_FORMATS
+from .tool_formats.base import NAME_PATTERN as _NAME
+from .tool_formats.base import arguments_object, new_call_id
+from .tool_formats.hermes import INJECTED_TOOLS_PROMPT
 
 __all__ = ["ToolError", "ToolPlan", "ToolCallStream", "plan_tools", "parse_tool_calls",
-           "tool_format", "template_renders_tools", "validate_tools", "validate_tool_choice",
-           "new_call_id", "INJECTED_TOOLS_PROMPT", "TOOL_FORMATS"]
-
-TOOL_FORMATS = ("hermes", "llama3")
-HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
-PYTHON_TAG = "<|python_tag|>"
-
-# What a template without tool support gets in its system prompt; {tools} is one JSON
-# signature a line.
-INJECTED_TOOLS_PROMPT = (
-    "# Tools\n\n"
-    "You may call one or more of the functions below. Their signatures, one JSON object a "
-    "line, are between <tools> and </tools>:\n"
-    "<tools>\n{tools}\n</tools>\n\n"
-    "To call functions, answer with one JSON object per call, each between <tool_call> and "
-    "</tool_call>:\n"
-    "<tool_call>\n"
-    "{{\"name\": <function name>, \"arguments\": <the arguments as a JSON object>}}\n"
-    "</tool_call>"
-)
-
-# OpenAI's rule for function names; it also keeps names safe inside grammars and prompts.
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-_ID_CHARS = string.ascii_letters + string.digits
-_ID_LENGTH = 24     # random characters after "call_", as OpenAI's ids have
+           "tool_format", "template_renders_tools", "template_renders_tool_turns",
+           "validate_tools", "validate_tool_choice", "new_call_id", "INJECTED_TOOLS_PROMPT",
+           "TOOL_FORMATS"]
 
 
 class ToolError(DasllamaError, ValueError):
     """tools or tool_choice that are malformed or do not fit together; the message names the
     field."""
-
-
-def new_call_id() -> str:
-    """A fresh tool call id, "call_" and 24 random letters and digits."""
-    return "call_" + "".join(secrets.choice(_ID_CHARS) for _ in range(_ID_LENGTH))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,191 +172,126 @@ def template_renders_tools(chat_format: ChatFormat) -> bool:
     return bool(re.search(r"\btools\b", _template(chat_format)))
 
 
+def template_renders_tool_turns(chat_format: ChatFormat) -> bool:
+    """True for a Jinja template that writes assistant tool_calls itself (DeepSeek R1's writes
+    calls and results but never the tool list)."""
+    return "tool_calls" in _template(chat_format)
+
+
 def tool_format(chat_format: ChatFormat) -> str:
-    """"llama3" for templates that ask for Llama 3's JSON calls, else "hermes" (the templates
-    that say <tool_call>, and the format of the injected tools prompt)."""
-    t = _template(chat_format)
-    if HERMES_OPEN in t:
-        return "hermes"
-    if PYTHON_TAG in t or ('"parameters"' in t and "<|start_header_id|>" in t):
-        return "llama3"
-    return "hermes"
+    """The name of the format this model writes tool calls in (see dasllama.tool_formats):
+    from the markers its template writes; "gemma" for Gemma's turns without tool support;
+    else "hermes" (the format of the injected tools prompt)."""
+    return tool_formats.detect(chat_format.kind, _template(chat_format))
+
+
+def _format(fmt: str):
+    try:
+        return tool_formats.get(fmt)
+    except (KeyError, TypeError):
+        raise ToolError(f"tool call format must be one of {TOOL_FORMATS}, got {fmt!r}") from None
 
 
 # ---------------------------------------------------------------------------------------------
 # Rendering
 # ---------------------------------------------------------------------------------------------
 
-def _arguments_object(arguments):
-    """Templates write arguments with tojson and expect a mapping; OpenAI sends a JSON text."""
+def _template_id(call_id, length: Optional[int], fallback: str) -> str:
+    """call_id as the family's templates accept it: as it is when they accept any, else (when
+    it is not already such an id) a stable alphanumeric id of that length derived from it, so a
+    call and its result keep matching."""
+    if length is None:
+        return call_id if call_id is not None else fallback
+    if isinstance(call_id, str) and len(call_id) == length and call_id.isalnum() \
+            and call_id.isascii():
+        return call_id
+    digest = hashlib.sha256(str(call_id if call_id is not None else fallback).encode())
+    return digest.hexdigest()[:length]
+
+
+def _template_arguments(arguments, as_text: bool):
+    if not as_text:
+        return arguments_object(arguments)
     if isinstance(arguments, str):
-        try:
-            value = json.loads(arguments)
-        except (ValueError, RecursionError):
-            return arguments
-        return value if isinstance(value, dict) else arguments
-    return {} if arguments is None else arguments
+        return arguments
+    return json.dumps({} if arguments is None else arguments, ensure_ascii=False)
 
 
-def _for_template(messages: list) -> list:
+def _for_template(messages: list, fmt) -> list:
+    """Messages as the family's templates read them: arguments a mapping (or a JSON text where
+    the templates concatenate them), ids of the length the templates demand."""
     out = []
-    for m in messages:
+    for i, m in enumerate(messages):
         if m.get("tool_calls"):
             calls = []
-            for call in m["tool_calls"]:
+            for k, call in enumerate(m["tool_calls"]):
                 fn = dict(call["function"])
-                fn["arguments"] = _arguments_object(fn.get("arguments"))
-                calls.append(dict(call, type=call.get("type", "function"), function=fn))
+                fn["arguments"] = _template_arguments(fn.get("arguments"), fmt.args_as_text)
+                call = dict(call, type=call.get("type", "function"), function=fn)
+                if fmt.id_length is not None or "id" in call:
+                    call["id"] = _template_id(call.get("id"), fmt.id_length, f"{i}.{k}")
+                calls.append(call)
             m = dict(m, tool_calls=calls)
+        if m.get("tool_call_id") is not None and fmt.id_length is not None:
+            m = dict(m, tool_call_id=_template_id(m["tool_call_id"], fmt.id_length, ""))
         out.append(m)
     return out
 
 
-def _call_text(fn: dict) -> str:
-    body = {"name": fn["name"], "arguments": _arguments_object(fn.get("arguments"))}
-    return f"{HERMES_OPEN}\n{json.dumps(body, ensure_ascii=False)}\n{HERMES_CLOSE}"
+def _tool_lines(tools: list) -> str:
+    return "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
 
 
-def _as_text_turns(messages: list, tools: list) -> list:
+def _with_system_text(messages: list, text: str) -> list:
+    """text at the end of the system message (one is added first when there is none)."""
+    out = list(messages)
+    if out and out[0]["role"] == "system":
+        out[0] = dict(out[0], content=f"{out[0]['content']}\n\n{text}")
+    else:
+        out.insert(0, {"role": "system", "content": text})
+    return out
+
+
+def _as_text_turns(messages: list, tools: list, fmt) -> list:
     """The conversation for a template that knows no tools: tools in the system prompt, calls
-    and results as text."""
+    and results as text in fmt's words."""
     out = []
     for m in messages:
         if m.get("tool_calls"):
             parts = ([m["content"]] if m.get("content") else []) + \
-                    [_call_text(c["function"]) for c in m["tool_calls"]]
+                    [fmt.call_text(c["function"]["name"],
+                                   arguments_object(c["function"].get("arguments")))
+                     for c in m["tool_calls"]]
             out.append({"role": m["role"], "content": "\n".join(parts)})
         elif m["role"] == "tool":
-            block = f"<tool_response>\n{m['content']}\n</tool_response>"
-            if out and out[-1].get("_tool_results"):
-                out[-1]["content"] += "\n" + block
+            if out and out[-1].get("_tool_results") is not None:
+                out[-1]["_tool_results"].append(m["content"])
             else:
-                out.append({"role": "user", "content": block, "_tool_results": True})
+                out.append({"role": "user", "_tool_results": [m["content"]]})
         else:
             out.append({"role": m["role"], "content": m["content"]})
     for m in out:
-        m.pop("_tool_results", None)
-    if tools:
-        block = INJECTED_TOOLS_PROMPT.format(
-            tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
-        if out and out[0]["role"] == "system":
-            out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{block}"}
-        else:
-            out.insert(0, {"role": "system", "content": block})
-    return out
+        results = m.pop("_tool_results", None)
+        if results is not None:
+            m["content"] = fmt.results_text(results)
+    return _with_system_text(out, fmt.tools_prompt(_tool_lines(tools))) if tools else out
 
 
 # ---------------------------------------------------------------------------------------------
 # Parsing
 # ---------------------------------------------------------------------------------------------
 
-def _call_from_object(obj, make_id: Callable[[], str], args_keys=("arguments", "parameters")):
-    """An OpenAI tool call from a parsed {"name", "arguments"} object, or None."""
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
-        return None
-    args = None
-    for key in args_keys:
-        if key in obj:
-            args = obj[key]
-            break
-    if args is None:
-        args = {}
-    if isinstance(args, str):    # some models write the arguments as a JSON text
-        try:
-            if not isinstance(json.loads(args), dict):
-                return None
-        except (ValueError, RecursionError):
-            return None
-        text = args
-    elif isinstance(args, dict):
-        text = json.dumps(args, ensure_ascii=False)
-    else:
-        return None
-    return {"id": make_id(), "type": "function", "function": {"name": obj["name"],
-                                                              "arguments": text}}
-
-
-def _hermes_call(body: str, make_id):
-    try:
-        obj = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    return _call_from_object(obj, make_id)
-
-
-def _llama3_calls(text: str, make_id) -> Optional[list]:
-    """The calls of a whole llama3-format reply, or None when it is not only calls."""
-    rest = text.lstrip()
-    if rest.startswith(PYTHON_TAG):
-        rest = rest[len(PYTHON_TAG):].lstrip()
-    if not rest.startswith("{"):
-        return None
-    decoder, calls, pos = json.JSONDecoder(), [], 0
-    while True:
-        try:
-            obj, end = decoder.raw_decode(rest, pos)
-        except (ValueError, RecursionError):
-            return None
-        call = _call_from_object(obj, make_id, ("parameters", "arguments"))
-        if call is None:
-            return None
-        calls.append(call)
-        pos = end
-        while pos < len(rest) and rest[pos].isspace():
-            pos += 1
-        if pos == len(rest):
-            return calls
-        if rest[pos] != ";":
-            return None
-        pos += 1
-        while pos < len(rest) and rest[pos].isspace():
-            pos += 1
-        if pos == len(rest):
-            return calls
-
-
 def parse_tool_calls(text: str, fmt: Optional[str] = "hermes",
                      make_id: Optional[Callable[[], str]] = None
                      ) -> Tuple[Optional[str], List[dict]]:
-    """(content, tool_calls) of a whole reply in format fmt ("hermes", "llama3", or None for no
-    parsing). Malformed calls stay in content; content is None when calls were found and the
-    rest is whitespace. make_id gives call ids (default new_call_id)."""
-    make_id = make_id or new_call_id
+    """(content, tool_calls) of a whole reply in format fmt (a name of TOOL_FORMATS, or None
+    for no parsing). Malformed calls stay in content; content is None when calls were found
+    and the rest is whitespace. make_id gives call ids (default: the format's, new_call_id for
+    most)."""
     if fmt is None:
         return text, []
-    if fmt == "llama3":
-        calls = _llama3_calls(text, make_id)
-        return (None, calls) if calls else (text, [])
-    if fmt != "hermes":
-        raise ToolError(f"tool call format must be one of {TOOL_FORMATS}, got {fmt!r}")
-    parts, calls, pos = [], [], 0
-    while True:
-        start = text.find(HERMES_OPEN, pos)
-        if start < 0:
-            parts.append(text[pos:])
-            break
-        parts.append(text[pos:start])
-        body_at = start + len(HERMES_OPEN)
-        end = text.find(HERMES_CLOSE, body_at)
-        body = text[body_at:] if end < 0 else text[body_at:end]
-        call = _hermes_call(body, make_id)
-        if call is not None:
-            calls.append(call)
-        else:
-            parts.append(text[start:] if end < 0 else text[start:end + len(HERMES_CLOSE)])
-        if end < 0:
-            break
-        pos = end + len(HERMES_CLOSE)
-    content = "".join(parts)
-    return (None if calls and not content.strip() else content), calls
-
-
-def _longest_prefix_suffix(text: str, token: str) -> int:
-    """Length of the longest end of text that is a proper start of token."""
-    for k in range(min(len(token) - 1, len(text)), 0, -1):
-        if text.endswith(token[:k]):
-            return k
-    return 0
+    f = _format(fmt)
+    return f.parse(text, make_id or f.make_id)
 
 
 class ToolCallStream:
@@ -382,116 +302,43 @@ class ToolCallStream:
 
     def __init__(self, fmt: Optional[str] = "hermes",
                  make_id: Optional[Callable[[], str]] = None):
-        if fmt is not None and fmt not in TOOL_FORMATS:
-            raise ToolError(f"tool call format must be one of {TOOL_FORMATS}, got {fmt!r}")
         self.fmt = fmt
-        self._make_id = make_id or new_call_id
-        self._buf = ""            # text not yet resolved
-        self._in_call = False     # hermes: inside <tool_call>
-        self._mode = None         # llama3: None undecided, "content" or "hold"
-        self._ws = ""             # trailing whitespace of content, not yet sent
-        self._sent_text = False   # content other than whitespace has been sent
-        self._calls = 0
+        if fmt is None:
+            self._impl = None
+        else:
+            f = _format(fmt)
+            self._impl = f.stream(make_id or f.make_id)
         self._finished = False
 
-    # -- output helpers ------------------------------------------------------------------
-    def _content(self, text: str, out: list):
-        text = self._ws + text
-        body = text.rstrip()
-        self._ws = text[len(body):]
-        if body:
-            self._sent_text = True
-            out.append({"content": body})
-
-    def _call(self, call: dict, out: list):
-        out.append({"tool_calls": [dict(call, index=self._calls)]})
-        self._calls += 1
-
-    # -- input ---------------------------------------------------------------------------
     def push(self, text: str) -> List[dict]:
         """Deltas that text makes certain."""
         if self._finished:
             raise RuntimeError("push after finish")
-        out: list = []
-        if self.fmt is None:
-            if text:
-                out.append({"content": text})
-            return out
-        self._buf += text
-        if self.fmt == "llama3":
-            self._push_llama3(out)
-        else:
-            self._push_hermes(out)
-        return out
-
-    def _push_hermes(self, out: list):
-        while True:
-            if self._in_call:
-                end = self._buf.find(HERMES_CLOSE)
-                if end < 0:
-                    return
-                body, self._buf = self._buf[:end], self._buf[end + len(HERMES_CLOSE):]
-                self._in_call = False
-                call = _hermes_call(body, self._make_id)
-                if call is not None:
-                    self._call(call, out)
-                else:
-                    self._content(HERMES_OPEN + body + HERMES_CLOSE, out)
-            else:
-                start = self._buf.find(HERMES_OPEN)
-                if start < 0:
-                    keep = _longest_prefix_suffix(self._buf, HERMES_OPEN)
-                    cut = len(self._buf) - keep
-                    self._content(self._buf[:cut], out)
-                    self._buf = self._buf[cut:]
-                    return
-                self._content(self._buf[:start], out)
-                self._buf = self._buf[start + len(HERMES_OPEN):]
-                self._in_call = True
-
-    def _push_llama3(self, out: list):
-        if self._mode is None:
-            head = self._buf.lstrip()
-            if not head or (PYTHON_TAG.startswith(head) and head != PYTHON_TAG):
-                return      # only whitespace, or what may still become <|python_tag|>
-            self._mode = "hold" if head.startswith(("{", PYTHON_TAG)) else "content"
-        if self._mode == "content" and self._buf:
-            out.append({"content": self._buf})
-            self._buf = ""
+        if self._impl is None:
+            return [{"content": text}] if text else []
+        return self._impl.push(text)
 
     def finish(self) -> List[dict]:
         """The deltas of whatever was held, at the end of the reply."""
         if self._finished:
             return []
         self._finished = True
-        out: list = []
-        if self.fmt == "llama3":
-            if self._buf:
-                content, calls = parse_tool_calls(self._buf, "llama3", self._make_id)
-                for call in calls:
-                    self._call(call, out)
-                if content:
-                    out.append({"content": content})
-            return out
-        if self.fmt == "hermes":
-            if self._in_call:
-                call = _hermes_call(self._buf, self._make_id)
-                if call is not None:
-                    self._call(call, out)
-                else:
-                    self._content(HERMES_OPEN + self._buf, out)
-            else:
-                self._content(self._buf, out)
-            self._buf = ""
-            if self._ws and (self._sent_text or not self._calls):
-                out.append({"content": self._ws})
-            self._ws = ""
-        return out
+        return self._impl.finish() if self._impl is not None else []
 
     @property
     def n_calls(self) -> int:
         """Tool calls sent so far (finish_reason "tool_calls" when above 0 at the end)."""
-        return self._calls
+        return self._impl.n_calls if self._impl is not None else 0
+
+
+def _special_lookup(llm_or_tokenizer) -> Callable[[str], Optional[int]]:
+    """text -> the id of the one control token that text is in this vocabulary, or None."""
+    tok = getattr(llm_or_tokenizer, "tokenizer", llm_or_tokenizer)
+
+    def special(text: str) -> Optional[int]:
+        ids = list(tok.encode(text, add_special=False, parse_special=True))
+        return ids[0] if len(ids) == 1 and tok.is_control(ids[0]) else None
+    return special
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,9 +350,10 @@ class ToolPlan:
     """How one request's tools are rendered, enforced and parsed (build it with plan_tools).
 
     tools: the validated tools offered to the model (empty for tool_choice "none"); choice:
-    "none", "auto", "required" or "function"; function: the forced function's name; fmt:
-    "hermes" or "llama3"; native: the template renders tools itself; parallel: "required" may
-    give several calls."""
+    "none", "auto", "required" or "function"; function: the forced function's name; fmt: a
+    name of TOOL_FORMATS; native: the template renders tools itself; native_turns: it renders
+    tool calls and results but not the tool list (which then goes into the system prompt in
+    the format's words); parallel: "required" may give several calls."""
 
     chat_format: ChatFormat
     tools: tuple
@@ -514,6 +362,7 @@ class ToolPlan:
     fmt: str
     native: bool
     parallel: bool
+    native_turns: bool = False
 
     @property
     def active(self) -> bool:
@@ -525,11 +374,18 @@ class ToolPlan:
         tool_choice is "none", the tools."""
         messages = validate_messages(messages)
         tools = list(self.tools) if self.active else []
+        fmt = _format(self.fmt)
         if self.native:
             variables = {"tools": tools} if tools else {}
-            return self.chat_format.render(_for_template(messages), add_generation_prompt,
+            return self.chat_format.render(_for_template(messages, fmt), add_generation_prompt,
                                            **variables)
-        return self.chat_format.render(_as_text_turns(messages, tools), add_generation_prompt)
+        if self.native_turns:
+            messages = _for_template(messages, fmt)
+            if tools:
+                messages = _with_system_text(messages, fmt.tools_prompt(_tool_lines(tools)))
+            return self.chat_format.render(messages, add_generation_prompt)
+        return self.chat_format.render(_as_text_turns(messages, tools, fmt),
+                                       add_generation_prompt)
 
     def constraint(self, llm_or_tokenizer, extra_eog: Sequence[int] = ()):
         """A GrammarConstraint forcing tool calls for "required" and a named function; None
@@ -537,29 +393,31 @@ class ToolPlan:
         if self.choice not in ("required", "function") or not self.tools:
             return None
         from . import grammar
-        key = "parameters" if self.fmt == "llama3" else "arguments"
-        bodies = []
+        calls = []
         for i, t in enumerate(self.tools):
             name = t["function"]["name"]
             if self.choice == "function" and name != self.function:
                 continue
             params = t["function"].get("parameters") or {"type": "object"}
             grammar.check_json_schema(params, f"tools[{i}].function.parameters")
-            bodies.append({"type": "object", "properties": {"name": {"const": name}, key: params},
-                           "required": ["name", key], "additionalProperties": False})
-        body = bodies[0] if len(bodies) == 1 else {"anyOf": bodies}
-        body = dict(body, **{"x-guidance": {"whitespace_pattern": grammar.JSON_WHITESPACE}})
+            calls.append((name, params))
         several = self.choice == "required" and self.parallel
-        if self.fmt == "llama3":
-            start = 'start: call (";" " "? call)*' if several else "start: call"
-            lark = f"{start}\ncall: %json {json.dumps(body)}\n"
-        else:
-            start = 'start: call ("\\n" call)*' if several else "start: call"
-            lark = (f"{start}\n"
-                    f"call: {json.dumps(HERMES_OPEN + chr(10))} body "
-                    f"{json.dumps(chr(10) + HERMES_CLOSE)}\n"
-                    f"body: %json {json.dumps(body)}\n")
+        lark = _format(self.fmt).lark(calls, several, _special_lookup(llm_or_tokenizer))
         return grammar.constraint_for_lark(llm_or_tokenizer, lark, extra_eog=extra_eog)
+
+    def rendered_tokens(self, llm_or_tokenizer) -> Dict[int, str]:
+        """{token id: text} of the format's markers that are control tokens of this vocabulary.
+        A reply's text leaves control tokens out, and the parsers need these: whoever turns the
+        reply's tokens into text writes these ones as their text (the server does)."""
+        if not self.active:
+            return {}
+        special = _special_lookup(llm_or_tokenizer)
+        out = {}
+        for text in _format(self.fmt).markers:
+            token = special(text)
+            if token is not None:
+                out[token] = text
+        return out
 
     def parse(self, text: str, make_id: Optional[Callable[[], str]] = None):
         """(content, tool_calls) of a whole reply (no calls when not active)."""
@@ -580,7 +438,14 @@ def plan_tools(chat_format: ChatFormat, tools=None, tool_choice=None,
     if not isinstance(parallel_tool_calls, bool):
         raise ToolError(f"parallel_tool_calls must be a boolean, got {parallel_tool_calls!r}")
     function = choice[0] if isinstance(choice, tuple) else None
+    fmt = tool_format(chat_format)
+    native = template_renders_tools(chat_format)
+    writes_prompt = hasattr(_format(fmt), "tools_prompt")
+    native_turns = (not native and fmt != "hermes" and writes_prompt
+                    and template_renders_tool_turns(chat_format))
+    if not native and not writes_prompt:
+        fmt = "hermes"     # a format that has no words for a tool list of its own
     return ToolPlan(chat_format=chat_format, tools=tuple(tools),
                     choice="function" if function else choice, function=function,
-                    fmt=tool_format(chat_format), native=template_renders_tools(chat_format),
-                    parallel=parallel_tool_calls)
+                    fmt=fmt, native=native, parallel=parallel_tool_calls,
+                    native_turns=native_turns)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..batch import Constraint, Event, Request, SamplingParams, Usage
 from .bridge import SSE_DONE, Job, WatchedStreamingResponse, sse, watch_disconnect
@@ -22,7 +22,8 @@ from .errors import APIError
 from .routers.common import config_of, metrics_of, new_id, now, registry_of
 
 __all__ = ["ChoiceResult", "Generation", "StreamChunks", "admit", "sampling_params", "engine_requests",
-           "EventStreamResponse", "token_text", "finish_reason", "usage_of", "SSE_HEADERS"]
+           "EventStreamResponse", "event_text", "token_text", "finish_reason", "usage_of",
+           "SSE_HEADERS"]
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -118,13 +119,26 @@ def _raise_event_error(event: Event) -> None:
                    code="generation_failed")
 
 
-def apply_event(results: List[ChoiceResult], index: int, event: Event) -> None:
-    """Adds one event to results[index] (raises APIError for an "error" event)."""
+def event_text(event: Event, rendered: Optional[Dict[int, str]] = None) -> str:
+    """An event's text, with the text of its token first when that is one of rendered's
+    control tokens (the engine's text leaves control tokens out; a tool-call format's markers,
+    ToolPlan.rendered_tokens, must stay in). Text the engine held back for a stop string comes
+    out after such a marker: stop strings and control-token markers do not mix."""
+    if rendered and event.kind == "token" and event.token in rendered:
+        return rendered[event.token] + event.text
+    return event.text
+
+
+def apply_event(results: List[ChoiceResult], index: int, event: Event,
+                rendered: Optional[Dict[int, str]] = None) -> None:
+    """Adds one event to results[index] (raises APIError for an "error" event); rendered: see
+    event_text."""
     r = results[index]
     if event.kind == "error":
         _raise_event_error(event)
-    if event.text:
-        r.text_parts.append(event.text)
+    text = event_text(event, rendered)
+    if text:
+        r.text_parts.append(text)
     if event.kind == "token" and event.logprob is not None:
         r.tokens.append((event.token, event.logprob, list(event.top_logprobs or [])))
     if event.kind == "done":
@@ -165,14 +179,16 @@ class Generation:
         self.job.cancel()
         self.lease.release()
 
-    async def collect(self, http_request, n_choices: int) -> List[ChoiceResult]:
-        """Runs the job to its end and returns each choice's result. A client that disconnects
-        meanwhile cancels the job (its slots free at the next step)."""
+    async def collect(self, http_request, n_choices: int,
+                      rendered: Optional[Dict[int, str]] = None) -> List[ChoiceResult]:
+        """Runs the job to its end and returns each choice's result (rendered: see
+        event_text). A client that disconnects meanwhile cancels the job (its slots free at the
+        next step)."""
         results = [ChoiceResult() for _ in range(n_choices)]
         watcher = asyncio.ensure_future(watch_disconnect(http_request.receive, self.job.cancel))
         try:
             async for index, event in self.job.events():
-                apply_event(results, index, event)
+                apply_event(results, index, event, rendered)
         finally:
             watcher.cancel()
             self._end()
