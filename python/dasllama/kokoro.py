@@ -29,10 +29,10 @@ from typing import Iterator, Optional, Union
 import numpy as np
 
 from . import _core, gguf, models
-from .errors import TTSInputError
+from .errors import DasllamaError, TTSInputError
 from .kokoro_voices import PACK_ROWS, STYLE_WIDTH, Voice, resolve_voice
 
-__all__ = ["KokoroTTS", "SPEED_RANGE", "FRAME_SAMPLES", "resolve_model"]
+__all__ = ["KokoroTTS", "SPEED_RANGE", "FRAME_SAMPLES", "resolve_model", "is_kokoro"]
 
 SPEED_RANGE = (0.25, 4.0)    # outside it the predicted durations collapse to 1 or explode
 FRAME_SAMPLES = 600          # samples per predicted duration frame (hop 300, upsampled x2)
@@ -58,6 +58,24 @@ def resolve_model(name_or_path: Union[str, os.PathLike]) -> Path:
     return target
 
 
+def is_kokoro(name_or_path: Union[str, os.PathLike]) -> bool:
+    """Whether a model name or path is a Kokoro/Kitten model (a folder with an .onnx graph, or
+    a GGUF of architecture kokoro); False for anything else, including what cannot be found."""
+    try:
+        found = models.find(name_or_path)
+    except (DasllamaError, OSError):   # not found: not ours to judge here
+        return False
+    if found.is_dir():
+        return any(found.glob("*.onnx"))
+    if found.suffix.lower() != ".gguf":
+        return False
+    try:
+        with gguf.open(found) as f:
+            return f.architecture == "kokoro"
+    except (DasllamaError, OSError):   # unreadable: the caller's loader reports it
+        return False
+
+
 class KokoroTTS:
     """A Kokoro or Kitten model on the CPU.
 
@@ -70,6 +88,8 @@ class KokoroTTS:
         if device not in (None, "cpu"):
             raise TTSInputError(f"device {device!r}: this version runs Kokoro on the CPU "
                                 "(device='cpu')")
+        if not hasattr(_core, "KokoroModel") and _chain is None:
+            raise TTSInputError("this build of dasllama has no Kokoro chain")
         self.path = resolve_model(model)
         with gguf.open(self.path) as f:
             meta = f.metadata
@@ -122,12 +142,12 @@ class KokoroTTS:
 
         return plan(text, self.vocab, language=self.language, phonemes=phonemes)
 
-    def stream(self, text: str, voice: Voice = "jf_alpha", speed: float = 1.0, *,
+    def stream(self, text: str, voice: Optional[Voice] = None, speed: float = 1.0, *,
                phonemes: bool = False, word_timestamps: bool = True) -> Iterator[np.ndarray]:
         """Yields each chunk's float32 audio (mono, ``sample_rate``) as it is decoded.
 
         voice: a pack's name, a blend ("a(2)+b(1)" or [(name, weight), ...]) or a style
-        array. speed in [0.25, 4] (above 1 faster). phonemes: ``text`` is a phoneme string.
+        array (None: the first of :attr:`voices`). speed in [0.25, 4] (above 1 faster). phonemes: ``text`` is a phoneme string.
         ``stats`` holds audio_seconds, wall_seconds, first_audio_ms, chunks, durations (frames
         per id, per chunk) and, with word_timestamps, ``words`` ([WordTime]) when the text is
         done."""
@@ -135,7 +155,7 @@ class KokoroTTS:
                 not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
             raise TTSInputError(f"speed {speed!r} is outside [{SPEED_RANGE[0]}, "
                                 f"{SPEED_RANGE[1]}]")
-        pack = resolve_voice(voice, self._packs)
+        pack = resolve_voice(self.voices[0] if voice is None else voice, self._packs)
         chunks = self.plan(text, phonemes)
         start = time.perf_counter()
         stats = dict(audio_seconds=0.0, wall_seconds=0.0, first_audio_ms=None,
@@ -160,7 +180,7 @@ class KokoroTTS:
                                          FRAME_SAMPLES / self.sample_rate)
         stats["wall_seconds"] = time.perf_counter() - start
 
-    def speak(self, text: str, voice: Voice = "jf_alpha", speed: float = 1.0,
+    def speak(self, text: str, voice: Optional[Voice] = None, speed: float = 1.0,
               **options) -> tuple:
         """(audio float32 mono, sample rate) for ``text``; options as :meth:`stream`."""
         pieces = list(self.stream(text, voice, speed, **options))

@@ -1,5 +1,7 @@
 """Text to speech with Pocket TTS (Kyutai): the TTS class and the ``dasllama speak`` command.
 
+``TTS(...)`` on a Kokoro or Kitten model opens it as :class:`dasllama.kokoro.KokoroTTS`.
+
 ::
 
     import dasllama
@@ -65,6 +67,19 @@ class TTS:
     ``DASLLAMA_SEAT_FRAMES=0`` and the like turn one off). n_threads: 0 uses the physical
     cores. precision: "f32" (float32 activations everywhere, the default) or "fast" (8-bit
     activations in the backbone's quantized matrices; the CPU chain's)."""
+
+    def __new__(cls, model: Union[str, os.PathLike] = None, *args, **kwargs):
+        # Kokoro and Kitten are phoneme models with a chain of their own: TTS(...) opens them
+        # as dasllama.kokoro.KokoroTTS, which has the same speak/stream/save_wav/voices.
+        if cls is TTS and model is not None:
+            from .kokoro import KokoroTTS, is_kokoro
+
+            if is_kokoro(model):
+                if len(args) > 2 or kwargs.pop("precision", "f32") != "f32":
+                    raise TTSInputError("Kokoro runs the precision of its file; precision "
+                                        "is for Pocket TTS")
+                return KokoroTTS(model, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(self, model: Union[str, os.PathLike], device: Optional[str] = "cpu",
                  n_threads: int = 0, precision: str = "f32"):
@@ -459,14 +474,20 @@ def _stage_share(model, before: dict) -> dict:
 
 def add_speak_parser(sub) -> None:
     """Adds ``dasllama speak -m MODEL "text" -o out.wav`` to an argparse subparsers object."""
-    p = sub.add_parser("speak", help="speak text with Pocket TTS into a .wav file")
+    p = sub.add_parser("speak", help="speak text with Pocket TTS or Kokoro into a .wav file")
     p.add_argument("text", help="the text ('-' reads stdin)")
-    p.add_argument("-m", "--model", required=True, help="a Pocket TTS .gguf")
+    p.add_argument("-m", "--model", required=True,
+                   help="a Pocket TTS .gguf, or a Kokoro model (kokoro, a folder or a .gguf)")
     p.add_argument("-o", "--output", default="out.wav", help="the .wav to write (16-bit PCM)")
     p.add_argument("--voice", default=None,
-                   help="a .wav to clone the voice of, or a voice file (TTS.save_voice)")
-    p.add_argument("--seed", type=int, default=None, help="noise seed (default: random)")
-    p.add_argument("--temperature", type=float, default=0.3, help="0 is deterministic")
+                   help="Pocket: a .wav to clone the voice of, or a voice file "
+                        "(TTS.save_voice). Kokoro: a voice pack's name or a blend such as "
+                        "'af_bella(2)+af_sky(1)' (default: the first pack)")
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="Kokoro's speaking speed in [0.25, 4] (default 1.0)")
+    p.add_argument("--seed", type=int, default=None, help="Pocket's noise seed (default: random)")
+    p.add_argument("--temperature", type=float, default=0.3,
+                   help="Pocket's noise scale; 0 is deterministic")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: physical cores)")
     p.set_defaults(run=_cmd_speak)
 
@@ -474,14 +495,24 @@ def add_speak_parser(sub) -> None:
 def _cmd_speak(args) -> int:
     import sys
 
+    from .kokoro import KokoroTTS
+
     text = sys.stdin.read() if args.text == "-" else args.text
     with TTS(args.model, n_threads=args.threads) as tts:
-        audio, sr = tts.speak(text, voice=args.voice, temperature=args.temperature,
-                              seed=args.seed)
+        if isinstance(tts, KokoroTTS):
+            audio, sr = tts.speak(text, voice=args.voice, speed=args.speed)
+            said = f"voice {args.voice or tts.voices[0]}"
+        else:
+            if args.speed != 1.0:
+                raise TTSInputError(f"--speed {args.speed:g}: Pocket TTS speaks at its own "
+                                    "pace (1.0 only)")
+            audio, sr = tts.speak(text, voice=args.voice, temperature=args.temperature,
+                                  seed=args.seed)
+            said = f"seed {tts.stats['seed']}"
         path = tts.save_wav(args.output, audio, sr)
         s = tts.stats
         rtf = s["wall_seconds"] / s["audio_seconds"] if s["audio_seconds"] else float("nan")
         print(f"{path}: {s['audio_seconds']:.2f} s of audio in {s['wall_seconds']:.2f} s "
               f"(real-time factor {rtf:.3f}, first audio {s['first_audio_ms']:.0f} ms, "
-              f"seed {s['seed']})", file=sys.stderr)
+              f"{said})", file=sys.stderr)
     return 0
