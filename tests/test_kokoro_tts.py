@@ -114,7 +114,7 @@ class _ReferenceChain:
     def synthesize(self, ids, style, speed):
         self.calls.append((list(ids), np.array(style), speed))
         out = self.ref.synthesize(ids, style, speed)
-        return out.audio, out.durations
+        return {"audio": out.audio, "durations": out.durations}
 
 
 @pytest.fixture(scope="module")

@@ -163,9 +163,9 @@ class KokoroTTS:
         self.stats = stats
         samples = 0
         for c in chunks:
-            audio, durations = self.model.synthesize(c.ids, pack[c.style_row], float(speed))
-            audio = np.asarray(audio, np.float32)
-            stats["durations"].append(np.asarray(durations, np.int64))
+            out = self.model.synthesize(c.ids, pack[c.style_row], float(speed))
+            audio = np.asarray(out["audio"], np.float32)
+            stats["durations"].append(np.asarray(out["durations"], np.int64))
             samples += len(audio)
             if stats["first_audio_ms"] is None:
                 stats["first_audio_ms"] = 1000.0 * (time.perf_counter() - start)
