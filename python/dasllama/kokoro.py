@@ -127,10 +127,21 @@ class KokoroTTS:
         """The voice packs by name (blends and custom styles need no registration)."""
         return sorted(self._packs)
 
-    def register_voice(self, name: str, style: Voice) -> np.ndarray:
-        """Store a blend or a style array under ``name`` for later calls; returns its pack."""
+    def voice_pack(self, voice: Voice) -> np.ndarray:
+        """The (510, 256) pack a voice stands for (dasllama.kokoro_voices); TTSInputError
+        naming the known voices for one it does not know."""
+        return resolve_voice(voice, self._packs)
+
+    def register_voice(self, name: str, style: Union[Voice, os.PathLike]) -> np.ndarray:
+        """Store a blend, a style array or a .npy file of one under ``name`` for later calls;
+        returns its pack."""
         if not isinstance(name, str) or not name or "+" in name or "(" in name:
             raise TTSInputError(f"voice name {name!r}: a non-empty name without '+' or '('")
+        if isinstance(style, (str, os.PathLike)) and os.fspath(style).endswith(".npy"):
+            try:
+                style = np.load(os.fspath(style), allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise TTSInputError(f"{os.fspath(style)}: not a style array ({e})") from None
         pack = resolve_voice(style, self._packs)
         self._packs[name] = pack
         return pack
@@ -155,7 +166,7 @@ class KokoroTTS:
                 not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
             raise TTSInputError(f"speed {speed!r} is outside [{SPEED_RANGE[0]}, "
                                 f"{SPEED_RANGE[1]}]")
-        pack = resolve_voice(self.voices[0] if voice is None else voice, self._packs)
+        pack = self.voice_pack(self.voices[0] if voice is None else voice)
         chunks = self.plan(text, phonemes)
         start = time.perf_counter()
         stats = dict(audio_seconds=0.0, wall_seconds=0.0, first_audio_ms=None,

@@ -139,14 +139,24 @@ class LoadedTTS(SerialModel):
     def tts(self):
         return self.model
 
+    @property
+    def engine(self):
+        """What the speech route needs from this kind of model (server/speech_engines.py)."""
+        from .speech_engines import speech_engine
+
+        return speech_engine(self.model)
+
     @classmethod
     def load(cls, spec: ModelSpec, config: ServerConfig) -> "LoadedTTS":
+        from ..kokoro import KokoroTTS
         from ..tts import TTS
 
         tts = TTS(spec.source, device=config.device, n_threads=config.threads or 0)
         try:
             for name, path in (spec.voices or {}).items():
-                if str(path).lower().endswith(".wav"):
+                if isinstance(tts, KokoroTTS):
+                    tts.register_voice(name, str(path))   # a pack, a blend or a .npy style
+                elif str(path).lower().endswith(".wav"):
                     tts.register_voice(name, path)
                 else:
                     tts.load_voice(name, path)

@@ -1,20 +1,24 @@
-"""POST /v1/audio/speech: text to speech with the server's speech models (Pocket TTS).
+"""POST /v1/audio/speech: text to speech with the server's speech models (Pocket TTS, Kokoro).
 
 The body is OpenAI's: model, input, voice, response_format (wav, pcm, flac, mp3, opus),
 speed, stream_format. Two fields are this server's own: temperature (the noise scale, 0 is
 deterministic; default 0.3) and seed (the noise generator's seed; default: a fresh one), so a
 client can ask for reproducible audio.
 
-- voice: "default" (the model's own voice, no voice prompt) or a voice registered when the
-  model loaded (ModelSpec.voices, ``dasllama serve --voice NAME=FILE``); a voice object
-  ``{"id": NAME}`` names one the same way. Anything else is a 400 listing the voices. A voice
-  is never read from a path the request names.
+- voice: "default" (the model's own voice: Pocket's without a voice prompt, Kokoro's first
+  pack) or a voice registered when the model loaded (ModelSpec.voices, ``dasllama serve
+  --voice NAME=FILE``); for Kokoro also any of its packs and blends such as "a(2)+b(1)". A
+  voice object ``{"id": NAME}`` names one the same way. Anything else is a 400 listing the
+  voices. A voice is never read from a path the request names. What each model honours is in
+  server/speech_engines.py.
 - response_format: pcm is raw 16-bit little-endian mono at the model's rate (24 kHz for
   Pocket; also in the ``x-audio-sample-rate`` header); wav is that in a RIFF header; flac,
   mp3 and opus (in Ogg) are encoded by libsndfile through soundfile when the installed
   libsndfile has the encoder, else a 400 naming the format. Unset: mp3 as OpenAI does, wav
   where libsndfile has no MP3 encoder. aac is a 400 (libsndfile has no AAC encoder).
-- speed: only 1.0 (Pocket TTS has no speed control); other values are a 400.
+- speed: Kokoro's speed in [0.25, 4]; Pocket TTS has no speed control (1.0 only; other values
+  are a 400). temperature and seed are Pocket's; Kokoro answers a request that sets them with
+  a 400.
 - stream_format unset: the whole file in one response (exact sizes in its header). "audio":
   the file's bytes as the audio is synthesized (the first 80 ms come after one frame).
   A container whose totals are only known at the end carries "unknown" there: wav sizes are
@@ -53,6 +57,7 @@ from ..errors import APIError
 from ..generation import SSE_HEADERS, EventStreamResponse
 from ..schemas import _Strict, one_of
 from ..serial_job import SerialJob
+from ..speech_engines import DEFAULT_VOICE
 from .common import config_of, registry_of
 
 __all__ = ["router", "SpeechRequest", "AudioEncoder", "DEFAULT_VOICE", "supported_formats"]
@@ -61,7 +66,6 @@ log = logging.getLogger("dasllama.server")
 
 router = APIRouter()
 
-DEFAULT_VOICE = "default"        # the model's own voice: no voice prompt
 MAX_INPUT_CHARS = 4096           # OpenAI's limit on one request's text
 DEFAULT_TEMPERATURE = 0.3        # dasllama.TTS's default noise scale
 MAX_TEMPERATURE = 2.0            # past this the noise swamps the flow head's output
@@ -140,29 +144,6 @@ def _response_format(body: SpeechRequest) -> str:
     return fmt
 
 
-def _check_unsupported(body: SpeechRequest) -> None:
-    if body.speed != 1.0:
-        raise APIError(400, f"speed {body.speed:g} is not supported: Pocket TTS speaks at its "
-                            f"own pace (speed 1.0 only)", param="speed", code="unsupported")
-    if body.instructions:
-        raise APIError(400, "instructions are not supported by Pocket TTS (voices come from "
-                            "voice prompts)", param="instructions", code="unsupported")
-
-
-def known_voices(loaded) -> List[str]:
-    return [DEFAULT_VOICE] + [v for v in loaded.tts.voices if v != DEFAULT_VOICE]
-
-
-def _voice(body: SpeechRequest, loaded, model: str) -> Optional[str]:
-    """The registered voice to speak with (None: the model's own); 400 for another name."""
-    name = body.voice_name()
-    known = known_voices(loaded)
-    if name not in known:
-        raise APIError(400, f"unknown voice {name!r} for the model {model!r}; its voices: "
-                            f"{', '.join(known)}", param="voice", code="unknown_voice")
-    return None if name == DEFAULT_VOICE else name
-
-
 def _check_rate(fmt: str, sample_rate: int) -> None:
     if fmt == "opus" and sample_rate not in OPUS_RATES:
         raise APIError(400, f"response_format 'opus' needs a sample rate of "
@@ -171,11 +152,11 @@ def _check_rate(fmt: str, sample_rate: int) -> None:
                        code="unsupported_format")
 
 
-def _plan(tts, text: str) -> int:
+def _count(engine, text: str) -> int:
     """The text's token count; 400 for text the model cannot speak."""
     from ...errors import TTSInputError
     try:
-        return sum(len(ids) for _, ids, _ in tts.plan(text))
+        return engine.count(text)
     except TTSInputError as e:
         raise APIError(400, f"input: {e}", param="input", code="invalid_value") from e
 
@@ -266,17 +247,17 @@ class SpeechJob(SerialJob):
 
     what = "speech model"
 
-    def __init__(self, loaded, text: str, voice: Optional[str], temperature: float,
-                 seed: Optional[int], encoder: AudioEncoder, timeout: float):
+    def __init__(self, loaded, text: str, voice: Optional[str], body: SpeechRequest,
+                 encoder: AudioEncoder, timeout: float):
         super().__init__(loaded, timeout)
-        self._args = (text, voice, temperature, seed)
+        self._args = (text, voice, body)
         self._encoder = encoder
         self.frames = 0
 
     def work(self) -> None:
-        text, voice, temperature, seed = self._args
-        tts = self._loaded.tts
-        pieces = tts.stream(text, voice, temperature, seed)
+        text, voice, body = self._args
+        engine = self._loaded.engine
+        pieces = engine.stream(text, voice, body)
         try:
             for piece in pieces:
                 if self.cancelled:
@@ -286,7 +267,7 @@ class SpeechJob(SerialJob):
                     self.emit(data)
         finally:
             pieces.close()
-        self.frames = int(tts.stats.get("frames", 0))
+        self.frames = engine.output_units()
         data = self._encoder.finish()
         if data:
             self.emit(data)
@@ -315,17 +296,17 @@ async def speech(body: SpeechRequest, request: Request):
     config = config_of(request)
     entry = registry.resolve(body.model, kind="tts")
     fmt = _response_format(body)
-    _check_unsupported(body)
     lease = registry.lease(entry)
     loaded = await lease.__aenter__()
     try:
-        voice = _voice(body, loaded, entry.name)
+        engine = loaded.engine
+        engine.check(body)
+        voice = engine.voice(body.voice_name(), entry.name)
         _check_rate(fmt, loaded.sample_rate)
-        n_tokens = await run_in_threadpool(_plan, loaded.tts, body.input)
+        n_tokens = await run_in_threadpool(_count, engine, body.input)
         streaming = body.stream_format is not None
         encoder = AudioEncoder(fmt, loaded.sample_rate, streaming)
-        job = SpeechJob(loaded, body.input, voice, body.temperature, body.seed, encoder,
-                        config.request_timeout)
+        job = SpeechJob(loaded, body.input, voice, body, encoder, config.request_timeout)
         job.start(max_waiting=1 + config.max_queue)
     except BaseException:
         lease.release()
