@@ -26,6 +26,7 @@ void bind_gpu(pybind11::module_& m);
 void bind_tts(pybind11::module_& m);
 void bind_asr(pybind11::module_& m);
 void bind_vad(pybind11::module_& m);
+void bind_kokoro(pybind11::module_& m);
 void bind_serve(pybind11::module_& m);
 
 }  // namespace dasllama::bindings

@@ -14,5 +14,6 @@ PYBIND11_MODULE(_core, m) {
     dasllama::bindings::bind_tts(m);
     dasllama::bindings::bind_asr(m);
     dasllama::bindings::bind_vad(m);
+    dasllama::bindings::bind_kokoro(m);
     dasllama::bindings::bind_serve(m);
 }

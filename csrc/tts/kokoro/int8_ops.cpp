@@ -1,0 +1,340 @@
+#include "tts/kokoro/int8_ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+
+namespace dasllama::kokoro {
+
+namespace {
+
+// Rounds half to even for |v| < 2^22 in the default rounding mode: adding 1.5 * 2^23 leaves no
+// fraction bits, so the add rounds, and the subtraction is exact. Quantized values lie in
+// [-255, 510], far inside.
+constexpr float kRoundMagic = 12582912.0f;
+inline float round_half_even_small(float v) { return (v + kRoundMagic) - kRoundMagic; }
+
+// Work at least this large (multiply-adds) is split over the pool; smaller runs on one thread
+// (a pool hand-off costs a few microseconds).
+constexpr int64_t kParallelMacs = 1 << 16;
+constexpr int64_t kConvBlock = 64;   // output positions im2col'd at once per thread
+
+std::string int_text(float v) { return std::to_string(static_cast<double>(v)); }
+
+int32_t integer_zero_point(float zp, const std::string& name) {
+    const float r = std::nearbyint(zp);
+    if (r != zp || r < -255.0f || r > 255.0f)
+        throw FormatError(name + ": weight zero point " + int_text(zp) +
+                          " is not an integer in [-255, 255]");
+    return static_cast<int32_t>(r);
+}
+
+PackedInt8 pack(const int8_t* w, int64_t rows, int64_t k, bool k_major, const float* zp,
+                const float* scale, int64_t n_params, const std::string& name) {
+    if (n_params != 1 && n_params != rows)
+        throw ShapeError(name + ": " + std::to_string(n_params) +
+                         " zero points / scales for " + std::to_string(rows) + " outputs");
+    PackedInt8 p;
+    p.rows = rows;
+    p.k = k;
+    p.kp = int8_padded(k);
+    p.w.assign(size_t(rows * p.kp), 0);
+    p.sums.assign(size_t(rows), 0);
+    p.zp.resize(size_t(rows));
+    p.scale.resize(size_t(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        int32_t s = 0;
+        int8_t* dst = &p.w[size_t(r * p.kp)];
+        for (int64_t i = 0; i < k; ++i) {
+            const int8_t v = k_major ? w[i * rows + r] : w[r * k + i];
+            dst[i] = v;
+            s += v;
+        }
+        p.sums[size_t(r)] = s;
+        const int64_t j = n_params == 1 ? 0 : r;
+        p.zp[size_t(r)] = integer_zero_point(zp[j], name);
+        p.scale[size_t(r)] = scale[j];
+    }
+    return p;
+}
+
+void run_gemm(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t m, int64_t n,
+              int64_t kp, int32_t* c, int64_t ldc, ThreadPool* pool) {
+    const Int8Kernels& kern = int8_kernels();
+    const int threads = pool ? pool->size() : 1;
+    if (threads <= 1 || m * n * kp < kParallelMacs) {
+        kern.gemm(a, lda, b, ldb, m, n, kp, c, ldc);
+        return;
+    }
+    const bool split_rows = m >= 4 * threads;
+    pool->run([&](int t, int nt) {
+        const int64_t total = split_rows ? m : n;
+        const int64_t unit = split_rows ? 4 : 16;
+        const int64_t units = (total + unit - 1) / unit;
+        const int64_t lo = std::min(total, units * t / nt * unit);
+        const int64_t hi = std::min(total, units * (t + 1) / nt * unit);
+        if (lo >= hi) return;
+        if (split_rows)
+            kern.gemm(a + lo * lda, lda, b, ldb, hi - lo, n, kp, c + lo * ldc, ldc);
+        else
+            kern.gemm(a, lda, b + lo * ldb, ldb, m, hi - lo, kp, c + lo, ldc);
+    });
+}
+
+}  // namespace
+
+// ============================================================================ quantization
+
+QuantParams quant_params(const float* x, int64_t n) {
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        lo = std::min(lo, x[i]);
+        hi = std::max(hi, x[i]);
+    }
+    QuantParams p;
+    p.scale = hi == lo ? 1.0f : (hi - lo) / static_cast<float>(kQuantMax);
+    const float z = std::clamp(0.0f - lo / p.scale, 0.0f, static_cast<float>(kQuantMax));
+    p.zero_point = static_cast<int32_t>(round_half_even_small(z));
+    return p;
+}
+
+void quantize(const float* x, int64_t n, const QuantParams& p, uint8_t* q) {
+    const float zp = static_cast<float>(p.zero_point);
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = round_half_even_small(x[i] / p.scale) + zp;
+        q[i] = static_cast<uint8_t>(std::clamp(v, 0.0f, static_cast<float>(kQuantMax)));
+    }
+}
+
+QuantParams dynamic_quantize(const float* x, int64_t n, uint8_t* q) {
+    const QuantParams p = quant_params(x, n);
+    quantize(x, n, p, q);
+    return p;
+}
+
+// ============================================================================ kernels
+
+void int8_gemm_generic(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t m,
+                       int64_t n, int64_t kp, int32_t* c, int64_t ldc) {
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            const uint8_t* x = a + i * lda;
+            const int8_t* w = b + j * ldb;
+            int32_t s = 0;
+            for (int64_t k = 0; k < kp; ++k) s += int32_t(x[k]) * int32_t(w[k]);
+            c[i * ldc + j] = s;
+        }
+}
+
+namespace {
+
+const Int8Kernels kGeneric{"generic", int8_gemm_generic};
+
+std::vector<const Int8Kernels*> all_kernels() {
+    std::vector<const Int8Kernels*> out;
+    for (const Int8Kernels* t : {int8_kernels_avx512(), int8_kernels_avx2()})
+        if (t && cpu_features().allows(t->isa)) out.push_back(t);
+    out.push_back(&kGeneric);
+    return out;
+}
+
+}  // namespace
+
+const Int8Kernels& int8_kernels() {
+    static const Int8Kernels* best = all_kernels().front();
+    return *best;
+}
+
+const Int8Kernels& int8_kernels(const std::string& isa) {
+    for (const Int8Kernels* t : all_kernels())
+        if (isa == t->isa) return *t;
+    throw Error("kokoro int8 kernels: level '" + isa + "' is not available on this CPU (" +
+                cpu_features().isa() + ")");
+}
+
+std::vector<std::string> int8_kernel_levels() {
+    std::vector<std::string> out;
+    for (const Int8Kernels* t : all_kernels()) out.emplace_back(t->isa);
+    return out;
+}
+
+#if !defined(__x86_64__) && !defined(_M_X64)
+const Int8Kernels* int8_kernels_avx2() { return nullptr; }
+const Int8Kernels* int8_kernels_avx512() { return nullptr; }
+#endif
+
+// ============================================================================ QLinear
+
+QLinear::QLinear(const int8_t* w, int64_t k, int64_t n, const float* zp, const float* scale,
+                 int64_t n_params, const float* bias, const std::string& name)
+    : name_(name), p_(pack(w, n, k, /*k_major=*/true, zp, scale, n_params, name)) {
+    if (bias) bias_.assign(bias, bias + n);
+}
+
+QLinear QLinear::load(const KokoroWeights& w, const std::string& module, bool with_bias) {
+    const TensorView wt = w.i8(module + ".weight", {-1, -1});
+    const int64_t k = wt.dim(0), n = wt.dim(1);
+    const TensorView zp = w.f32(module + ".weight_zp", {-1});
+    const TensorView sc = w.f32(module + ".weight_scale", {zp.dim(0)});
+    const float* bias = nullptr;
+    if (with_bias && w.has(module + ".bias")) bias = w.f32(module + ".bias", {n}).f32();
+    return QLinear(wt.i8(), k, n, zp.f32(), sc.f32(), zp.dim(0), bias, w.path() + ": " + module);
+}
+
+void QLinear::forward(const float* x, int64_t m, float* y, ThreadPool* pool) const {
+    const int64_t k = p_.k, kp = p_.kp;
+    std::vector<uint8_t> q(size_t(m * kp), 0);
+    std::vector<int64_t> sums(size_t(m), 0);
+    const QuantParams qp = quant_params(x, m * k);
+    for (int64_t i = 0; i < m; ++i) {
+        uint8_t* row = &q[size_t(i * kp)];
+        quantize(x + i * k, k, qp, row);
+        int64_t s = 0;
+        for (int64_t j = 0; j < k; ++j) s += row[j];
+        sums[size_t(i)] = s;
+    }
+    forward_quantized(q.data(), sums.data(), qp, m, y, pool);
+}
+
+void QLinear::forward_quantized(const uint8_t* q, const int64_t* qsums, const QuantParams& qp,
+                                int64_t m, float* y, ThreadPool* pool) const {
+    const int64_t n = p_.rows;
+    std::vector<int32_t> acc(size_t(m * n));
+    run_gemm(q, p_.kp, p_.w.data(), p_.kp, m, n, p_.kp, acc.data(), n, pool);
+    std::vector<float> cs(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) cs[size_t(j)] = qp.scale * p_.scale[size_t(j)];
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            const int64_t v = p_.fold(acc[size_t(i * n + j)], qsums[i], qp.zero_point, j);
+            float r = static_cast<float>(v) * cs[size_t(j)];
+            if (!bias_.empty()) r = r + bias_[size_t(j)];
+            y[i * n + j] = r;
+        }
+}
+
+// ============================================================================ QConv
+
+QConv::QConv(const int8_t* w, int64_t c_out, int64_t c_in, int64_t k, const ConvAttrs& attrs,
+             float zp, float scale, const float* bias, const std::string& name)
+    : name_(name), c_out_(c_out), c_in_(c_in), k_(k), a_(attrs) {
+    if (a_.groups < 1 || c_in % a_.groups || c_out % a_.groups)
+        throw ShapeError(name + ": groups " + std::to_string(a_.groups) + " do not divide " +
+                         std::to_string(c_in) + " inputs and " + std::to_string(c_out) +
+                         " outputs");
+    p_ = pack(w, c_out, c_in / a_.groups * k, /*k_major=*/false, &zp, &scale, 1, name);
+    if (bias) bias_.assign(bias, bias + c_out);
+}
+
+QConv QConv::load(const KokoroWeights& w, const std::string& module) {
+    const ConvAttrs a = w.conv(module);
+    const TensorView wt = w.i8(module + ".weight", {-1, -1, -1});
+    const int64_t c_out = wt.dim(0), c_in = wt.dim(1) * a.groups, k = wt.dim(2);
+    const float zp = w.f32(module + ".weight_zp", {1}).f32()[0];
+    const float sc = w.f32(module + ".weight_scale", {1}).f32()[0];
+    const float* bias = w.has(module + ".bias") ? w.f32(module + ".bias", {c_out}).f32() : nullptr;
+    return QConv(wt.i8(), c_out, c_in, k, a, zp, sc, bias, w.path() + ": " + module);
+}
+
+int64_t QConv::out_length(int64_t n) const {
+    const int64_t span = (k_ - 1) * a_.dilation + 1;
+    const int64_t padded = n + a_.pad_left + a_.pad_right;
+    if (n < 1 || padded < span)
+        throw ShapeError(name_ + ": an input of " + std::to_string(n) +
+                         " positions gives no output (kernel span " + std::to_string(span) + ")");
+    return (padded - span) / a_.stride + 1;
+}
+
+void QConv::forward(const std::vector<float>& x, int64_t n, std::vector<float>& y,
+                    ThreadPool* pool) const {
+    if (int64_t(x.size()) != c_in_ * n)
+        throw ShapeError(name_ + ": input of " + std::to_string(x.size()) + " values, expected " +
+                         std::to_string(c_in_) + " x " + std::to_string(n));
+    y.resize(size_t(c_out_ * out_length(n)));
+    forward(x.data(), n, y.data(), pool);
+}
+
+void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const {
+    const int64_t lout = out_length(n);
+    std::vector<uint8_t> q(size_t(c_in_ * n));
+    const QuantParams qp = dynamic_quantize(x, c_in_ * n, q.data());
+    const float s = qp.scale * p_.scale[0];
+    std::vector<double> fb(size_t(c_out_), 0.0);   // the graph's integer bias
+    for (int64_t co = 0; co < c_out_ && !bias_.empty(); ++co)
+        fb[size_t(co)] = std::floor(bias_[size_t(co)] / s);
+    const int64_t groups = a_.groups, cin_g = c_in_ / groups, cout_g = c_out_ / groups;
+    const int64_t kk = p_.k, kp = p_.kp;
+    const uint8_t zx = static_cast<uint8_t>(qp.zero_point);
+
+    auto work = [&](int t, int nt) {
+        const int64_t blocks = (lout + kConvBlock - 1) / kConvBlock;
+        std::vector<uint8_t> a(size_t(kConvBlock * kp));
+        std::vector<int64_t> sums(static_cast<size_t>(kConvBlock));
+        std::vector<int32_t> acc(size_t(kConvBlock * cout_g));
+        for (int64_t b = blocks * t / nt; b < blocks * (t + 1) / nt; ++b) {
+            const int64_t l0 = b * kConvBlock, nl = std::min(kConvBlock, lout - l0);
+            for (int64_t g = 0; g < groups; ++g) {
+                for (int64_t i = 0; i < nl; ++i) {      // im2col: row i = [ci * K + tap]
+                    uint8_t* row = &a[size_t(i * kp)];
+                    const int64_t base = (l0 + i) * a_.stride - a_.pad_left;
+                    int64_t sum = 0;
+                    for (int64_t ci = 0; ci < cin_g; ++ci) {
+                        const uint8_t* src = &q[size_t((g * cin_g + ci) * n)];
+                        for (int64_t tap = 0; tap < k_; ++tap) {
+                            const int64_t pos = base + tap * a_.dilation;
+                            const uint8_t v = pos >= 0 && pos < n ? src[pos] : zx;
+                            row[ci * k_ + tap] = v;
+                            sum += v;
+                        }
+                    }
+                    std::fill(row + kk, row + kp, uint8_t(0));
+                    sums[size_t(i)] = sum;
+                }
+                int8_kernels().gemm(a.data(), kp, &p_.w[size_t(g * cout_g * kp)], kp, nl, cout_g,
+                                    kp, acc.data(), cout_g);
+                for (int64_t i = 0; i < nl; ++i)
+                    for (int64_t co = 0; co < cout_g; ++co) {
+                        const int64_t r = g * cout_g + co;
+                        const int64_t v = p_.fold(acc[size_t(i * cout_g + co)], sums[size_t(i)],
+                                                  qp.zero_point, r);
+                        const double sum = static_cast<double>(v) + fb[size_t(r)];
+                        y[r * lout + l0 + i] = static_cast<float>(sum) * s;
+                    }
+            }
+        }
+    };
+    const int threads = pool ? pool->size() : 1;
+    if (threads <= 1 || lout * c_out_ * kk < kParallelMacs)
+        work(0, 1);
+    else
+        pool->run(work);
+}
+
+// ============================================================================ QEmbedding
+
+QEmbedding QEmbedding::load(const KokoroWeights& w, const std::string& module) {
+    QEmbedding e;
+    const TensorView t = w.i8(module + ".weight", {-1, -1});
+    e.name_ = w.path() + ": " + module;
+    e.rows_ = t.dim(0);
+    e.dim_ = t.dim(1);
+    e.w_ = t.i8();
+    e.zp_ = w.f32(module + ".weight_zp", {1}).f32()[0];
+    e.scale_ = w.f32(module + ".weight_scale", {1}).f32()[0];
+    return e;
+}
+
+void QEmbedding::lookup(const int64_t* ids, int64_t n, float* out) const {
+    for (int64_t i = 0; i < n; ++i) {
+        if (ids[i] < 0 || ids[i] >= rows_)
+            throw ShapeError(name_ + ": id " + std::to_string(ids[i]) + " at position " +
+                             std::to_string(i) + " is outside the table's " +
+                             std::to_string(rows_) + " rows");
+        const int8_t* row = w_ + ids[i] * dim_;
+        for (int64_t j = 0; j < dim_; ++j)
+            out[i * dim_ + j] = (static_cast<float>(row[j]) - zp_) * scale_;
+    }
+}
+
+}  // namespace dasllama::kokoro

@@ -1,0 +1,163 @@
+// The int8 operators of Kokoro's quantized ONNX graph, with the graph's arithmetic (the NumPy
+// reference is python/dasllama/reference/kokoro_ops.py; the rules below are ONNX's):
+//
+// - DynamicQuantizeLinear over a whole tensor: range [min(x, 0), max(x, 0)], scale =
+//   (max - min) / 255 (1 when the range is empty), zero point = round(0 - min / scale) clamped
+//   to [0, 255], q = clamp(round(x / scale) + zero point, 0, 255); round is half to even; all
+//   float32 (a division, not a multiply by the reciprocal).
+// - MatMulInteger (QLinear): y = float(sum_k (q - zx)(w - zw)) * (x_scale * w_scale) [+ bias],
+//   weight zero points and scales per tensor or per output column.
+// - ConvInteger (QConv): the same sums over the taps, padding holding the activation's zero
+//   point (q - zx = 0), plus the graph's integer bias floor(b / (x_scale * w_scale)), then the
+//   rescale.
+//
+// The integer sums are exact (int32: |q - zx| <= 255, |w - zw| <= 255, K < 33000), so any
+// summation order gives the reference's bits. They run as u8 x s8 -> i32 dot products (AVX-512
+// VNNI vpdpbusd, AVX2 sign-extended pmaddwd, or plain C++), picked at run time
+// (int8_kernels()), on the thread pool; the zero points are folded in afterwards from row and
+// column sums:
+//     sum (q - zx)(w - zw) = sum q w - zw sum q - zx sum w + K zx zw.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tts/kokoro/weights.h"
+
+namespace dasllama {
+class ThreadPool;
+}
+
+namespace dasllama::kokoro {
+
+constexpr int64_t kQuantMax = 255;     // uint8 activations
+constexpr int64_t kInt8KAlign = 64;    // packed rows are padded with zeros to this many bytes
+                                       // (one 512-bit vector)
+
+struct QuantParams {
+    float scale = 1.0f;
+    int32_t zero_point = 0;
+};
+
+// DynamicQuantizeLinear's scale and zero point for n values.
+QuantParams quant_params(const float* x, int64_t n);
+// q[i] = clamp(round_half_even(x[i] / scale) + zero_point, 0, 255).
+void quantize(const float* x, int64_t n, const QuantParams& p, uint8_t* q);
+// Both: the parameters of x, and x quantized into q.
+QuantParams dynamic_quantize(const float* x, int64_t n, uint8_t* q);
+
+// --------------------------------------------------------------------------- the kernels
+// c[i * ldc + j] = sum_k a[i * lda + k] * b[j * ldb + k] for i < m, j < n, k < kp; a uint8,
+// b int8, kp a multiple of kInt8KAlign, rows of a and b padded with zeros to kp.
+struct Int8Kernels {
+    const char* isa;
+    void (*gemm)(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t m,
+                 int64_t n, int64_t kp, int32_t* c, int64_t ldc);
+};
+const Int8Kernels& int8_kernels();                    // the best this CPU runs
+const Int8Kernels& int8_kernels(const std::string& isa);   // by level; Error if unavailable
+std::vector<std::string> int8_kernel_levels();        // the levels this CPU runs, best first
+void int8_gemm_generic(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t m,
+                       int64_t n, int64_t kp, int32_t* c, int64_t ldc);
+const Int8Kernels* int8_kernels_avx2();     // nullptr where not built
+const Int8Kernels* int8_kernels_avx512();
+
+// Pads k to the packed row length.
+inline int64_t int8_padded(int64_t k) { return (k + kInt8KAlign - 1) / kInt8KAlign * kInt8KAlign; }
+
+// --------------------------------------------------------------------------- weights
+// Integer weights packed as rows of kp int8 (one per output), with their column sums and
+// integer zero points, and float32 scales, per output (a per-tensor value is repeated).
+struct PackedInt8 {
+    int64_t rows = 0, k = 0, kp = 0;
+    std::vector<int8_t> w;        // [rows, kp]
+    std::vector<int32_t> sums;    // sum_k w[r, k]
+    std::vector<int32_t> zp;      // [rows]
+    std::vector<float> scale;     // [rows]
+
+    // sum over k of (q[k] - zx)(w[r, k] - zw[r]) from a's raw product and row sum.
+    int64_t fold(int64_t raw, int64_t qsum, int32_t zx, int64_t r) const {
+        return raw - int64_t(zp[r]) * qsum - int64_t(zx) * sums[r] + k * int64_t(zx) * zp[r];
+    }
+};
+
+// --------------------------------------------------------------------------- MatMulInteger
+class QLinear {
+public:
+    QLinear() = default;
+    // w: [K, N] int8 as the file holds it; zp and scale: n_params (1 or N) floats whose zero
+    // points are integers; bias: N floats or nullptr. name is for error messages.
+    QLinear(const int8_t* w, int64_t k, int64_t n, const float* zp, const float* scale,
+            int64_t n_params, const float* bias, const std::string& name);
+    // The module's M.weight, M.weight_zp, M.weight_scale [, M.bias when with_bias and present].
+    static QLinear load(const KokoroWeights& w, const std::string& module, bool with_bias = true);
+
+    int64_t in() const { return p_.k; }
+    int64_t out() const { return p_.rows; }
+    bool has_bias() const { return !bias_.empty(); }
+    const std::string& name() const { return name_; }
+
+    // x [m, K] float32 (quantized as one tensor) -> y [m, N].
+    void forward(const float* x, int64_t m, float* y, ThreadPool* pool) const;
+    // Rows already quantized: q [m, kp] uint8 (zero padded past K), their row sums and
+    // parameters -> y [m, N]. No threads when pool is nullptr.
+    void forward_quantized(const uint8_t* q, const int64_t* qsums, const QuantParams& p,
+                           int64_t m, float* y, ThreadPool* pool) const;
+
+private:
+    std::string name_;
+    PackedInt8 p_;
+    std::vector<float> bias_;
+};
+
+// --------------------------------------------------------------------------- ConvInteger
+class QConv {
+public:
+    QConv() = default;
+    // w: [C_out, C_in / groups, K] int8; zp and scale: one value each (the file's per-tensor
+    // ones); bias: C_out floats or nullptr.
+    QConv(const int8_t* w, int64_t c_out, int64_t c_in, int64_t k, const ConvAttrs& attrs,
+          float zp, float scale, const float* bias, const std::string& name);
+    // M.weight, M.weight_zp, M.weight_scale [, M.bias] and kokoro.conv.M.
+    static QConv load(const KokoroWeights& w, const std::string& module);
+
+    int64_t c_in() const { return c_in_; }
+    int64_t c_out() const { return c_out_; }
+    int64_t kernel() const { return k_; }
+    const ConvAttrs& attrs() const { return a_; }
+    // Output length for an input of n positions; ShapeError naming the module when none.
+    int64_t out_length(int64_t n) const;
+
+    // x [C_in, n] float32 -> y [C_out, out_length(n)].
+    void forward(const float* x, int64_t n, float* y, ThreadPool* pool) const;
+    void forward(const std::vector<float>& x, int64_t n, std::vector<float>& y,
+                 ThreadPool* pool) const;
+
+private:
+    std::string name_;
+    int64_t c_out_ = 0, c_in_ = 0, k_ = 0;
+    ConvAttrs a_;
+    PackedInt8 p_;                 // rows C_out, k = C_in / groups * K
+    std::vector<float> bias_;
+};
+
+// --------------------------------------------------------------------------- embeddings
+// A quantized embedding table: row r dequantized as (q - zp) * scale.
+class QEmbedding {
+public:
+    QEmbedding() = default;
+    static QEmbedding load(const KokoroWeights& w, const std::string& module);
+    int64_t rows() const { return rows_; }
+    int64_t dim() const { return dim_; }
+    // out [n, dim] for ids [n]; ShapeError naming the table for an id out of range.
+    void lookup(const int64_t* ids, int64_t n, float* out) const;
+
+private:
+    std::string name_;
+    int64_t rows_ = 0, dim_ = 0;
+    const int8_t* w_ = nullptr;
+    float zp_ = 0.0f, scale_ = 1.0f;
+};
+
+}  // namespace dasllama::kokoro
