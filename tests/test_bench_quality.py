@@ -1,6 +1,6 @@
 """The TTS quality rig (dasllama bench quality): the text plan it speaks, its WER arithmetic
-and normalization, and a short real run on Kokoro's int8 file through onnxruntime and the
-NumPy reference, transcribed by dasllama's Whisper."""
+and normalization, and a short real run on Kokoro's int8 file through onnxruntime, the C++
+chain and the NumPy reference, transcribed by dasllama's Whisper."""
 
 import json
 
@@ -38,7 +38,8 @@ def test_plan_rows_ids_and_chunking(vocab):
 
 
 @pytest.mark.parametrize("text, says", [("", "empty"), ("   \n", "empty"),
-                                        ("\u2603\u2603", "no characters")])
+                                        ("\u2603\u2603", "no characters"),
+                                        ("... \u2014 !", "no characters")])
 def test_plan_refuses_text_with_nothing_to_say(vocab, text, says):
     from dasllama.text import plan
 
@@ -89,14 +90,15 @@ def test_a_short_real_run_through_the_command_line(real_model, tmp_path, capsys)
     out = tmp_path / "quality-{box}.json"
     from dasllama.cli import main
 
-    assert main(["bench", "quality", "--sentences", "2", "--beam", "1", "-o", str(out)]) == 0
+    assert main(["bench", "quality", "--sentences", "2", "--beam", "1", "--lanes",
+                 "onnxruntime,dasllama,reference", "-o", str(out)]) == 0
     printed = capsys.readouterr().out
     print(printed)
     written = list(tmp_path.glob("quality-*.json"))
     assert len(written) == 1
     rec = json.loads(written[0].read_text())
     assert rec["schema"] == "dasllama-quality/1" and rec["config"]["n_sentences"] == 2
-    assert set(rec["lanes"]) == {"onnxruntime", "reference"}
+    assert set(rec["lanes"]) == {"onnxruntime", "dasllama", "reference"}
     for lane in rec["lanes"].values():
         assert len(lane["sentences"]) == 2 and lane["audio_seconds"] > 1.0
         # two short plain sentences: Whisper hears what Kokoro said

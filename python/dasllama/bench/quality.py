@@ -11,8 +11,10 @@ The lanes (``--lanes``, comma-separated):
 
 * ``onnxruntime``: the ONNX file through onnxruntime (CPU, ``--threads`` intra-op threads);
   the peer every other lane is compared with.
-* ``reference``: dasllama's NumPy reference (dasllama.reference.kokoro) on the GGUF converted
-  from that file: the integer ops as the graph does them, float32 elsewhere.
+* ``dasllama``: dasllama's C++ chain (csrc/tts/kokoro) on the GGUF converted from that file,
+  the served lane (``--threads`` pool threads).
+* ``reference``: dasllama's NumPy reference (dasllama.reference.kokoro) on that GGUF: the
+  integer ops as the graph does them, float32 elsewhere (slow; not in the default lanes).
 
 Method:
 
@@ -49,7 +51,8 @@ __all__ = ["LANES", "SCHEMA", "wer_words", "corpus_wer", "speak_corpus", "transc
            "benchmark", "add_quality_arguments", "run_quality"]
 
 SCHEMA = "dasllama-quality/1"
-LANES = ("onnxruntime", "reference")
+LANES = ("onnxruntime", "dasllama", "reference")
+DEFAULT_LANES = ("onnxruntime", "dasllama")
 PEER_LANE = "onnxruntime"
 SAMPLE_RATE = 24000       # Kokoro's output rate
 ASR_RATE = 16000          # Whisper's input rate
@@ -111,6 +114,17 @@ def _reference_lane(gguf: Path) -> Callable:
     return speak
 
 
+def _dasllama_lane(gguf: Path, threads: int) -> Callable:
+    from .. import _core
+
+    model = _core.KokoroModel(str(gguf), threads)
+
+    def speak(ids, style, speed):
+        return np.asarray(model.synthesize(ids, style, speed)["audio"], np.float32)
+
+    return speak
+
+
 def speak_corpus(speak: Callable, sentences: Sequence[str], vocab: dict, pack: np.ndarray,
                  speed: float, progress: Optional[Callable] = None) -> List[np.ndarray]:
     """Each sentence's audio: its plan's chunks spoken in order and joined."""
@@ -157,7 +171,7 @@ def _kokoro_files(name: str):
     return onnx[0], gguf, vocab, packs
 
 
-def benchmark(*, model: str = "kokoro", lanes: Sequence[str] = LANES, voice: str = "jf_alpha",
+def benchmark(*, model: str = "kokoro", lanes: Sequence[str] = DEFAULT_LANES, voice: str = "jf_alpha",
               speed: float = 1.0, asr_model: str = "whisper-tiny.en", beam: int = 5,
               threads: int = 2, sentences: Sequence[str] = SENTENCES,
               log: Callable[[str], None] = lambda s: None) -> dict:
@@ -173,6 +187,7 @@ def benchmark(*, model: str = "kokoro", lanes: Sequence[str] = LANES, voice: str
                          f"{', '.join(sorted(packs))}")
     pack = np.asarray(packs[voice], np.float32).reshape(-1, 256)
     makers = {"onnxruntime": lambda: _onnx_lane(onnx, threads),
+              "dasllama": lambda: _dasllama_lane(gguf, threads),
               "reference": lambda: _reference_lane(gguf)}
     asr = ASR(asr_model, compute_type="float32", n_threads=threads)
     result = {}
@@ -223,8 +238,9 @@ def format_summary(rec: dict) -> str:
 def add_quality_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", default="kokoro", metavar="NAME|PATH",
                    help="a Kokoro model folder or packaged name (default kokoro)")
-    p.add_argument("--lanes", default=",".join(LANES),
-                   help=f"comma-separated lanes (default {','.join(LANES)})")
+    p.add_argument("--lanes", default=",".join(DEFAULT_LANES),
+                   help=f"comma-separated lanes of {', '.join(LANES)} "
+                        f"(default {','.join(DEFAULT_LANES)})")
     p.add_argument("--voice", default="jf_alpha", help="voice pack (default jf_alpha)")
     p.add_argument("--speed", type=float, default=1.0, help="speaking speed (default 1.0)")
     p.add_argument("--asr", default="whisper-tiny.en", metavar="NAME|PATH",

@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 
 from ..errors import TTSInputError
 
-__all__ = ["EspeakPhonemizer", "phoneme_ids", "LANGUAGES"]
+__all__ = ["EspeakPhonemizer", "phoneme_ids", "LANGUAGES", "PUNCTUATION"]
 
 LANGUAGES = ("en-us", "en-gb")   # espeak voices the English Kokoro voices were trained with
 
@@ -32,7 +32,7 @@ LANGUAGES = ("en-us", "en-gb")   # espeak voices the English Kokoro voices were 
 _SYMBOL_MAP = (("ʲ", "j"), ("r", "ɹ"), ("x", "k"), ("ɬ", "l"))
 # kokoro is read with its own stress (as in kokoro-onnx).
 _WORD_FIXES = (("kəkˈoːɹoʊ", "kˈoʊkəɹoʊ"), ("kəkˈɔːɹəʊ", "kˈəʊkəɹəʊ"))
-_PUNCT = ';:,.!?¡¿—…"«»“” '
+PUNCTUATION = ';:,.!?¡¿—…"«»“” '   # symbols that are pauses, not sounds
 
 _lock = threading.Lock()
 _backends: dict = {}
@@ -79,7 +79,7 @@ class EspeakPhonemizer:
         for a, b in _SYMBOL_MAP:
             phonemes = phonemes.replace(a, b)
         phonemes = re.sub(r"(?<=[a-zɹː])(?=hˈʌndɹɪd)", " ", phonemes)
-        phonemes = re.sub(r" z(?=[" + re.escape(_PUNCT) + r"]|$)", "z", phonemes)
+        phonemes = re.sub(r" z(?=[" + re.escape(PUNCTUATION) + r"]|$)", "z", phonemes)
         if self.language == "en-us":
             phonemes = re.sub(r"(?<=nˈaɪn)ti(?!ː)", "di", phonemes)
         if self.vocab is not None:

@@ -18,7 +18,7 @@ from typing import List, Mapping
 from ..errors import TTSInputError
 from .chunk import MAX_PHONEMES, split_phonemes, voice_row
 from .normalize import normalize
-from .phonemize import EspeakPhonemizer, phoneme_ids
+from .phonemize import PUNCTUATION, EspeakPhonemizer, phoneme_ids
 
 __all__ = ["Chunk", "plan"]
 
@@ -48,7 +48,7 @@ def plan(text: str, vocab: Mapping[str, int], *, language: str = "en-us",
     chunks = []
     for piece in split_phonemes(symbols, limit):
         ids = phoneme_ids(piece, vocab)
-        if ids:
+        if ids and any(c not in PUNCTUATION for c in piece):   # punctuation alone says nothing
             chunks.append(Chunk(piece, ids, voice_row(len(ids), voice_rows)))
     if not chunks:
         shown = text if len(text) <= 60 else text[:57] + "..."

@@ -20,9 +20,11 @@ from typing import Callable, List, Sequence
 
 import numpy as np
 
+from .phonemize import PUNCTUATION
+
 __all__ = ["WordTime", "word_phonemes", "align_words"]
 
-_SILENT = set(' ;:,.!?¡¿—…"«»“”()')
+_SILENT = set(PUNCTUATION) | set("()")
 _EDGE_PUNCT = re.compile(r"^[^\w$£€¥%]+|[^\w%]+$")
 
 
@@ -88,7 +90,7 @@ def align_words(words: Sequence[tuple], chunks: Sequence[str],
             end = max(start, ends[mine[-1]] * frame_seconds)
         else:                                   # nothing of it was matched: zero length
             start = end = previous_end
-        out.append(WordTime(word, round(start, 3), round(end, 3)))
+        out.append(WordTime(word, round(float(start), 3), round(float(end), 3)))
         previous_end = end
     return out
 
