@@ -13,11 +13,19 @@ files that carry none.
 - ``plain``: otherwise ``role: content`` lines ending in ``assistant:``.
 
 The rendered prompt holds special tokens as text; tokenize it with ``parse_special=True``.
+
+``read_chat_template(path)`` reads a GGUF file's template alone: it walks the metadata and
+skips every other value where it lies, so the vocabulary's arrays (262,144 strings and scores
+for Gemma 3) are never built as Python objects, as reading the whole metadata does (92 MB of
+peak memory for Gemma-3 270M, 20 MB for SmolLM2).
 """
 
 from __future__ import annotations
 
 import json
+import mmap
+import os
+import struct
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -25,7 +33,10 @@ from typing import Callable, Optional, Sequence
 
 from .errors import DasllamaError
 
-__all__ = ["ChatFormat", "ChatTemplateError", "validate_messages"]
+__all__ = ["ChatFormat", "ChatTemplateError", "validate_messages", "read_chat_template",
+           "CHAT_TEMPLATE_KEY"]
+
+CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
 
 GEMMA_TURN_START = "<start_of_turn>"
 GEMMA_TURN_END = "<end_of_turn>"
@@ -80,6 +91,73 @@ def _check_tool_calls(i: int, role: str, calls):
         if not isinstance(fn.get("arguments", "{}"), (str, dict)):
             raise ValueError(f"{where}['function']['arguments'] must be a JSON string or a dict, "
                              f"got {type(fn['arguments']).__name__}")
+
+
+# GGUF metadata value types (gguf's GGUFValueType) and the byte size of the fixed-size ones.
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+_GGUF_FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+# Array nesting a metadata value may have before the file is taken as malformed (real files
+# nest at most once).
+_GGUF_MAX_NESTING = 8
+
+
+class _GGUFWalk:
+    """Offsets through the metadata of a mapped GGUF file (little-endian, version 2 or 3)."""
+
+    def __init__(self, buf):
+        self.buf, self.pos = buf, 0
+
+    def take(self, fmt: str):
+        size = struct.calcsize(fmt)
+        if self.pos + size > len(self.buf):
+            raise ValueError("the metadata runs past the end of the file")
+        value = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += size
+        return value[0] if len(value) == 1 else value
+
+    def string(self, keep: bool = True):
+        n = self.take("<Q")
+        if self.pos + n > len(self.buf):
+            raise ValueError("a metadata string runs past the end of the file")
+        start, self.pos = self.pos, self.pos + n
+        return bytes(self.buf[start:self.pos]).decode("utf-8", "replace") if keep else None
+
+    def skip(self, kind: int, depth: int = 0):
+        if kind in _GGUF_FIXED:
+            self.pos += _GGUF_FIXED[kind]
+        elif kind == _GGUF_STRING:
+            self.string(keep=False)
+        elif kind == _GGUF_ARRAY and depth < _GGUF_MAX_NESTING:
+            inner, count = self.take("<IQ")
+            if inner in _GGUF_FIXED:
+                self.pos += _GGUF_FIXED[inner] * count
+            else:
+                for _ in range(count):
+                    self.skip(inner, depth + 1)
+        else:
+            raise ValueError(f"metadata value type {kind} is not one GGUF defines")
+        if self.pos > len(self.buf):
+            raise ValueError("a metadata value runs past the end of the file")
+
+
+def read_chat_template(path, key: str = CHAT_TEMPLATE_KEY) -> Optional[str]:
+    """The chat template a GGUF file carries (the string at key), or None when it has none.
+    Only that value is decoded (see the module docstring). ValueError for a file that is not
+    GGUF version 2 or 3 or whose metadata is cut short."""
+    with open(os.fspath(path), "rb") as f, \
+            mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        walk = _GGUFWalk(buf)
+        magic, version = walk.take("<4sI")
+        if magic != b"GGUF" or version not in (2, 3):
+            raise ValueError(f"{path}: not a GGUF file of version 2 or 3")
+        _, n_kv = walk.take("<QQ")
+        for _ in range(n_kv):
+            name = walk.string()
+            kind = walk.take("<I")
+            if name == key and kind == _GGUF_STRING:
+                return walk.string()
+            walk.skip(kind)
+    return None
 
 
 def _raise_exception(message):
