@@ -7,7 +7,7 @@ itself is measured by `dasllama bench serve`, never asserted here):
 - dasllama.chat.read_chat_template reads a GGUF file's template without building the
   vocabulary's arrays: equal to the full metadata read, None without a template, ValueError for
   a file that is not GGUF or is cut short.
-- dasllama.server.memory.limit_malloc_arenas leaves a MALLOC_ARENA_MAX setting alone.
+- A served model gets its template that way: LLM's own whole-metadata read is never made.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import pytest
 
 from dasllama import gguf
 from dasllama.chat import read_chat_template
-from dasllama.server.memory import limit_malloc_arenas
 from dasllama.testing import CHATML_TEMPLATE, write_random_model
 from test_tool_formats import DEEPSEEK_R1
 
@@ -92,11 +91,6 @@ def test_read_chat_template_refuses_other_files(tmp_path):
     other.write_bytes(b"GGML" + data[4:])
     with pytest.raises(ValueError, match="not a GGUF file"):
         read_chat_template(other)
-
-
-def test_arena_limit_leaves_the_environment_setting_alone(monkeypatch):
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
-    assert limit_malloc_arenas() is False
 
 
 @pytest.mark.parametrize("template", [CHATML_TEMPLATE, None])

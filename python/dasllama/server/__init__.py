@@ -43,10 +43,6 @@ def run(config: ServerConfig, log_level: str = "warning", access_log: bool = Fal
 
     import uvicorn
 
-    from .memory import limit_malloc_arenas
-
-    limit_malloc_arenas()     # before the model and the server's threads allocate
-
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
