@@ -18,24 +18,12 @@ import pytest
 
 from dasllama.bench import asr, cli, record
 from dasllama.bench.llm import BenchError
+from bench_records import check_record
 from requires import require
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "asr"
 SR = asr.SAMPLE_RATE
-
-
-def check_record(rec: dict) -> None:
-    """The schema, and the pairing rule the schema cannot state."""
-    jsonschema = require("jsonschema")
-    schema = json.loads((BENCH / "schema.json").read_text())
-    jsonschema.validate(rec, schema, format_checker=jsonschema.FormatChecker())
-    reference = {record.pair_key(r) for r in rec["rows"] if r["engine"] != record.OURS}
-    for row in rec["rows"]:
-        if row["engine"] == record.OURS:
-            assert record.pair_key(row) in reference, f"{row['test']} has no reference row"
-        assert row["min"] <= row["median"] <= row["max"]
-        assert row["noisy"] == (row["cv"] > record.NOISE_CV)
 
 
 def finish(result: dict) -> dict:

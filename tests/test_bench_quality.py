@@ -118,3 +118,36 @@ def test_the_asr_does_not_hear_the_text_in_noise(real_model):
     noise = np.random.default_rng(0).normal(0, 0.1, 3 * 24000).astype(np.float32)
     texts = transcribe_corpus(asr, [noise], beam=1)
     assert corpus_wer(SENTENCES[:1], texts) >= 0.8, texts
+
+
+# --- the Kokoro speed bench (dasllama bench tts -m kokoro) ---------------------------------
+
+def test_kokoro_tts_bench_short_run(real_model, tmp_path, capsys):
+    require("onnxruntime")
+    require("phonemizer")
+    real_model("kokoro")
+    from dasllama.cli import main
+
+    out = tmp_path / "tts-{box}.json"
+    assert main(["bench", "tts", "-m", "kokoro", "--sizes", "short", "--reps", "1", "-t", "2",
+                 "--pause", "0", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    rec = json.loads(next(tmp_path.glob("tts-*.json")).read_text())
+    from bench_records import check_record
+
+    check_record(rec)
+    tests = {(r["engine"], r["test"]) for r in rec["rows"]}
+    assert tests == {(e, f"{t}_short") for e in ("dasllama", "kokoro-onnx")
+                     for t in ("request_wall", "first_audio", "rtf")}
+    v, = rec["validation"]
+    assert v["chunks"] == 1 and v["samples"]["dasllama"] > 24000
+    # the same ids and style: the two lengths differ by at most a few duration frames
+    assert abs(v["samples"]["dasllama"] - v["samples"]["kokoro-onnx"]) <= 4 * 600
+    assert "dasllama/kokoro-onnx" in printed
+
+
+def test_kokoro_tts_bench_refuses_pocket_options(capsys):
+    from dasllama.cli import main
+
+    assert main(["bench", "tts", "--voice", "jf_alpha", "--reps", "1"]) != 0
+    assert "for Kokoro models" in capsys.readouterr().err

@@ -19,23 +19,11 @@ import pytest
 from dasllama.bench import board, cli, record, tts
 from dasllama.bench.llm import BenchError
 from dasllama.bench.pocket_peer import Request
+from bench_records import check_record
 from requires import require as _require
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 FRAME = 1920          # samples a frame at 24 kHz, 12.5 frames a second
-
-
-def check_record(rec: dict) -> None:
-    """The schema, and the pairing rule the schema cannot state."""
-    jsonschema = _require("jsonschema")
-    schema = json.loads((BENCH / "schema.json").read_text())
-    jsonschema.validate(rec, schema, format_checker=jsonschema.FormatChecker())
-    reference = {record.pair_key(r) for r in rec["rows"] if r["engine"] != record.OURS}
-    for row in rec["rows"]:
-        if row["engine"] == record.OURS:
-            assert record.pair_key(row) in reference, f"{row['test']} has no reference row"
-        assert row["min"] <= row["median"] <= row["max"]
-        assert row["noisy"] == (row["cv"] > record.NOISE_CV)
 
 
 class FakeEngine:

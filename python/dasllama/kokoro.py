@@ -36,6 +36,9 @@ __all__ = ["KokoroTTS", "SPEED_RANGE", "FRAME_SAMPLES", "resolve_model", "is_kok
 
 SPEED_RANGE = (0.25, 4.0)    # outside it the predicted durations collapse to 1 or explode
 FRAME_SAMPLES = 600          # samples per predicted duration frame (hop 300, upsampled x2)
+# A text's first chunk of several sentences is cut after those under this many phonemes, so a
+# stream's first audio comes after a short chunk (about 1.5 s of speech), not a full 510.
+FIRST_CHUNK_PHONEMES = 100
 
 
 def resolve_model(name_or_path: Union[str, os.PathLike]) -> Path:
@@ -43,7 +46,8 @@ def resolve_model(name_or_path: Union[str, os.PathLike]) -> Path:
     converted once into the cache."""
     from .convert.kokoro import convert_kokoro
 
-    found = models.find_or_pull(name_or_path)
+    found = Path(name_or_path) if os.path.isdir(name_or_path) else \
+        models.find_or_pull(name_or_path)
     if found.is_file():
         return found
     onnx = sorted(found.glob("*.onnx"))
@@ -62,7 +66,8 @@ def is_kokoro(name_or_path: Union[str, os.PathLike]) -> bool:
     """Whether a model name or path is a Kokoro/Kitten model (a folder with an .onnx graph, or
     a GGUF of architecture kokoro); False for anything else, including what cannot be found."""
     try:
-        found = models.find(name_or_path)
+        found = Path(name_or_path) if os.path.isdir(name_or_path) else \
+            models.find(name_or_path)
     except (DasllamaError, OSError):   # not found: not ours to judge here
         return False
     if found.is_dir():
@@ -151,7 +156,8 @@ class KokoroTTS:
         """The chunks ``text`` is spoken in (dasllama.text.plan)."""
         from .text import plan
 
-        return plan(text, self.vocab, language=self.language, phonemes=phonemes)
+        return plan(text, self.vocab, language=self.language, phonemes=phonemes,
+                    first_limit=FIRST_CHUNK_PHONEMES)
 
     def stream(self, text: str, voice: Optional[Voice] = None, speed: float = 1.0, *,
                phonemes: bool = False, word_timestamps: bool = True) -> Iterator[np.ndarray]:

@@ -219,7 +219,13 @@ def add_tts_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", default="random", metavar="random|PATH",
                    help="a Pocket TTS .gguf (then --checkpoint and --tokenizer give the "
                         "package its source), or random (default): the package's English "
-                        "model with random weights, built and converted here")
+                        "model with random weights, built and converted here; or a Kokoro "
+                        "model (kokoro, or its folder): then against onnxruntime on its ONNX "
+                        "file, short, medium and long texts (bench/tts_kokoro.py)")
+    p.add_argument("--voice", default=None,
+                   help="Kokoro: the voice pack (default jf_alpha)")
+    p.add_argument("--sizes", default=None, metavar="SIZES",
+                   help="Kokoro: the texts to speak, of short,medium,long (default all)")
     p.add_argument("--lane", action="append", metavar="LANE",
                    help=f"with --model random: the lanes to convert and measure "
                         f"({', '.join(tts.LANES)}); repeat or separate by commas "
@@ -233,8 +239,8 @@ def add_tts_arguments(p: argparse.ArgumentParser) -> None:
                    help="the package's config the checkpoint follows (default english)")
     p.add_argument("--work", metavar="DIR",
                    help="where --model random builds its files (default: the model cache)")
-    p.add_argument("--engine", choices=("both", "dasllama", "pocket-tts"), default="both",
-                   help="which engines to time (default: both, alternating)")
+    p.add_argument("--engine", choices=("both", "dasllama", "pocket-tts", "kokoro-onnx"),
+                   default="both", help="which engines to time (default: both, alternating)")
     p.add_argument("--device", "-d", default="cpu", metavar="DEVICE",
                    help="where dasllama runs (default cpu); the package runs on the CPU")
     p.add_argument("--threads", "-t", type=int, default=None,
@@ -283,8 +289,38 @@ def _tts_files(args) -> tuple:
     return [path], args.checkpoint, args.tokenizer
 
 
+def _run_tts_kokoro(args) -> int:
+    from . import tts_kokoro
+    engines = {"both": ("dasllama", tts_kokoro.PEER)}.get(args.engine, (args.engine,))
+    if "pocket-tts" in engines:
+        raise llm.BenchError("--engine pocket-tts is Pocket's peer; Kokoro's is kokoro-onnx")
+    if llm.backend_of(args.device) != "cpu":
+        raise llm.BenchError(f"--device {args.device}: Kokoro runs on the CPU in this version")
+    threads = args.threads or _default_threads()
+    sizes = tuple(x for x in (args.sizes or ",".join(tts_kokoro.TEXTS)).split(",") if x)
+
+    def run(on_event, on_rows):
+        return tts_kokoro.benchmark(args.model, threads=threads, reps=args.reps,
+                                    voice=args.voice or "jf_alpha", pause=args.pause,
+                                    engines=engines, sizes=sizes, on_event=on_event,
+                                    on_rows=on_rows)
+    rec, path = record_run(run, out=args.out, quiet=args.quiet)
+    if rec["rows"]:
+        print(record.format_table(rec))
+    if path:
+        print(f"\nrecord written to {path}" + ("" if rec["complete"] else " (incomplete)"))
+    if rec.get("stopped"):
+        return 130
+    return _check(rec, args.records) if args.check else 0
+
+
 def run_tts(args) -> int:
     from . import pocket_peer, tts
+    from ..kokoro import is_kokoro
+    if args.model != "random" and is_kokoro(args.model):
+        return _run_tts_kokoro(args)
+    if args.voice is not None or args.sizes is not None or args.engine == "kokoro-onnx":
+        raise llm.BenchError("--voice, --sizes and --engine kokoro-onnx are for Kokoro models")
     paths, checkpoint, tokenizer = _tts_files(args)
     threads = args.threads or _default_threads()
     peer_class = (pocket_peer.PocketRunner if args.peer_process == "own"

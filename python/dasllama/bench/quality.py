@@ -45,6 +45,7 @@ import numpy as np
 
 from . import probe, record
 from .llm import BenchError
+from .kokoro_peer import file_sha256, kokoro_files, onnx_speaker
 from .quality_sentences import SENTENCES
 
 __all__ = ["LANES", "SCHEMA", "wer_words", "corpus_wer", "speak_corpus", "transcribe_corpus",
@@ -80,28 +81,6 @@ def corpus_wer(references: Sequence[str], hypotheses: Sequence[str]) -> float:
 
 
 # ---------------------------------------------------------------------------------- lanes
-
-def _onnx_lane(model_file: Path, threads: int) -> Callable:
-    """A speak(ids, style, speed) over onnxruntime on the ONNX file."""
-    try:
-        import onnxruntime as ort
-    except ImportError as e:
-        raise BenchError(f"the onnxruntime lane needs the onnxruntime package: {e}") from None
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    sess = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
-    inputs = {i.name for i in sess.get_inputs()}
-
-    def speak(ids, style, speed):
-        feed = {"tokens": np.array([[0, *ids, 0]], np.int64),
-                "style": np.asarray(style, np.float32).reshape(1, -1),
-                "speed": np.array([speed], np.float32)}
-        feed = {k: v for k, v in feed.items() if k in inputs}
-        return np.asarray(sess.run(["audio"], feed)[0], np.float32).reshape(-1)
-
-    return speak
-
 
 def _reference_lane(gguf: Path) -> Callable:
     from ..reference.kokoro import ReferenceKokoro
@@ -151,26 +130,6 @@ def transcribe_corpus(asr, audios: Sequence[np.ndarray], beam: int) -> List[str]
     return texts
 
 
-def _kokoro_files(name: str):
-    """(onnx file, converted GGUF, vocab, voice packs) of a pulled Kokoro model folder."""
-    from .. import models
-    from ..convert.kokoro import convert_kokoro
-
-    folder = models.find_or_pull(name)
-    onnx = sorted(folder.glob("*.onnx")) if folder.is_dir() else []
-    voices = sorted(folder.glob("voices*.npz")) if folder.is_dir() else []
-    if not onnx or not voices:
-        raise BenchError(f"{folder}: a Kokoro model folder holds an .onnx file and a "
-                         "voices*.npz pack (dasllama pull kokoro)")
-    gguf = models.converted_path(folder)
-    if not gguf.is_file():
-        gguf.parent.mkdir(parents=True, exist_ok=True)
-        convert_kokoro(onnx[0], voices[0], gguf)
-    vocab = json.loads((folder / "vocab.json").read_text())["vocab"]
-    packs = dict(np.load(voices[0]))
-    return onnx[0], gguf, vocab, packs
-
-
 def benchmark(*, model: str = "kokoro", lanes: Sequence[str] = DEFAULT_LANES, voice: str = "jf_alpha",
               speed: float = 1.0, asr_model: str = "whisper-tiny.en", beam: int = 5,
               threads: int = 2, sentences: Sequence[str] = SENTENCES,
@@ -181,12 +140,12 @@ def benchmark(*, model: str = "kokoro", lanes: Sequence[str] = DEFAULT_LANES, vo
     unknown = [x for x in lanes if x not in LANES]
     if unknown or not lanes:
         raise BenchError(f"lanes {unknown or list(lanes)!r}: choose from {', '.join(LANES)}")
-    onnx, gguf, vocab, packs = _kokoro_files(model)
+    onnx, gguf, vocab, packs = kokoro_files(model)
     if voice not in packs:
         raise BenchError(f"voice {voice!r} is not in the model's packs; accepted: "
                          f"{', '.join(sorted(packs))}")
     pack = np.asarray(packs[voice], np.float32).reshape(-1, 256)
-    makers = {"onnxruntime": lambda: _onnx_lane(onnx, threads),
+    makers = {"onnxruntime": lambda: onnx_speaker(onnx, threads),
               "dasllama": lambda: _dasllama_lane(gguf, threads),
               "reference": lambda: _reference_lane(gguf)}
     asr = ASR(asr_model, compute_type="float32", n_threads=threads)
@@ -206,20 +165,10 @@ def benchmark(*, model: str = "kokoro", lanes: Sequence[str] = DEFAULT_LANES, vo
                           for s, t in zip(sentences, texts)],
         }
         log(f"{lane}: WER {100 * result[lane]['wer']:.2f}%")
-    config = {"model": onnx.name, "model_sha256": record_sha256(onnx), "voice": voice,
+    config = {"model": onnx.name, "model_sha256": file_sha256(onnx), "voice": voice,
               "speed": speed, "asr": asr_model, "asr_compute_type": "float32", "beam": beam,
               "threads": threads, "phonemizer": "espeak-ng en-us", "n_sentences": len(sentences)}
     return {"config": config, "lanes": result}
-
-
-def record_sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def format_summary(rec: dict) -> str:
