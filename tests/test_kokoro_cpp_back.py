@@ -49,19 +49,27 @@ SENTENCES_USED = (0, 1, 2)    # 5, 30 and 53 phonemes
 
 
 @pytest.fixture(scope="module")
-def kokoro(real_model, tmp_path_factory):
-    """(C++ model, reference, run) on the pulled real model; run(index, keys) returns ids,
-    style and a cache of onnxruntime's outputs for that sentence."""
-    onnx = require("onnx")
-    ort = require("onnxruntime")
-    from dasllama import _core
+def converted(real_model, tmp_path_factory):
+    """(the ONNX file, the GGUF converted from it)."""
+    require("onnx")
     from dasllama.convert.kokoro import convert_kokoro
-    from dasllama.reference.kokoro import ReferenceKokoro
 
     folder = real_model("kokoro")
     model = folder / "kokoro-v1.0.int8.onnx"
-    out = convert_kokoro(model, folder / "voices_ja.npz",
-                         tmp_path_factory.mktemp("kokoro") / "kokoro.gguf")
+    return model, convert_kokoro(model, folder / "voices_ja.npz",
+                                 tmp_path_factory.mktemp("kokoro") / "kokoro.gguf")
+
+
+@pytest.fixture(scope="module")
+def kokoro(converted):
+    """(C++ model, reference, run) on the pulled real model; run(index) returns ids, style and
+    onnxruntime's outputs for that sentence (cached)."""
+    onnx = require("onnx")
+    ort = require("onnxruntime")
+    from dasllama import _core
+    from dasllama.reference.kokoro import ReferenceKokoro
+
+    model, out = converted
     ref = ReferenceKokoro(out)
     cpp = _core.KokoroModel(str(out), 2)
     graph = onnx.load(str(model))
@@ -277,6 +285,21 @@ def test_generator_from_onnxruntime_inputs(kokoro, index):
     assert err_own <= OWN_SOURCE_BAR
     assert rel(control, o["audio"]) >= CONTROL_RATIO * AUDIO_BAR
     assert rel(no_harmonics, o["audio"]) >= 2 * AUDIO_BAR
+
+
+def test_generator_same_bits_on_one_and_two_threads(kokoro, converted):
+    """The resblocks of a stage run one per thread when the pool is small (generator.cpp):
+    the integer sums are exact and the reductions split by rows, so the audio must not
+    depend on the thread count."""
+    from dasllama import _core
+
+    cpp, ref, run = kokoro
+    _, style, o = run(0)
+    s_dec, _ = split(ref, style)
+    one = _core.KokoroModel(str(converted[1]), 1)
+    a = cpp.generator(o["decoded"], s_dec, o["f0"], o["har"])
+    b = one.generator(o["decoded"], s_dec, o["f0"], o["har"])
+    assert np.array_equal(a, b)
 
 
 @pytest.mark.parametrize("index", SENTENCES_USED)
