@@ -113,7 +113,9 @@ std::vector<float> Albert::layer(const float* h, int64_t t, ThreadPool* pool) co
         const cpu::WeightMatrix wk = cpu::prepare_weight(
             f32, t, dim, reinterpret_cast<const uint8_t*>(kh.data()), nullptr);
         cpu::matmul(wk, qh.data(), t, p.data(), tp, cpu::Precision::kF32);
-        softmax_rows(p.data(), t, t);
+        parallel_rows(pool, t, t, [&](int64_t r0, int64_t r1) {
+            softmax_rows(&p[size_t(r0 * t)], r1 - r0, t);
+        });
         const cpu::WeightMatrix wv = cpu::prepare_weight(
             f32, dim, t, reinterpret_cast<const uint8_t*>(vt.data()), nullptr);
         cpu::matmul(wv, p.data(), t, ch.data(), tp, cpu::Precision::kF32);
