@@ -18,6 +18,12 @@
 #include "tts/kokoro/onnx_math.h"
 #include "tts/kokoro/qlstm.h"
 #include "tts/kokoro/style_blocks.h"
+#include "core/thread_pool.h"
+#include "nn/conv_transpose1d.h"
+#include "nn/stft.h"
+#include "tts/kokoro/harmonic_source.h"
+#include "tts/kokoro/snake_resblock.h"
+#include "tts/kokoro/vocoder.h"
 
 namespace py = pybind11;
 
@@ -355,7 +361,208 @@ void bind_kokoro(py::module_& m) {
            "Stages 1-5 for phoneme ids (boundaries added): durations, d_en, d, asr [512, F], "
            "f0 and n [2F]. durations / d_en: use these instead of the predicted ones.")
         // ---- decoder and generator stages (kokoro-back) ----
+        .def("harmonic_source", [](const KokoroModel& k, const FloatArray& f0, bool noise,
+                                   uint64_t seed) {
+            const std::shared_ptr<kokoro::KokoroVocoder> v = kokoro::vocoder_for(k);
+            const kokoro::HarmonicSource& s = v->generator().source();
+            const float* p = vector_of(f0, "f0", -1);
+            const int64_t frames = f0.shape(0);
+            if (frames < 1) throw ShapeError("f0: an empty curve");
+            kokoro::SourceNoise sn;
+            sn.enabled = noise;
+            sn.seed = seed;
+            std::vector<float> out(size_t(s.samples(frames)));
+            {
+                py::gil_scoped_release nogil;
+                s.forward(p, frames, out.data(), k.pool(), sn);
+            }
+            return to_array(out, {py::ssize_t(out.size())});
+        }, py::arg("f0"), py::arg("noise") = false, py::arg("seed") = 0,
+           "SineGen + merge + tanh: F0 [2F] -> source [600 F]. noise: SineGen's seeded "
+           "initial phases and noise (off: the exported graph's deterministic form).")
+        .def("stft", [](const KokoroModel& k, const FloatArray& x) {
+            const std::shared_ptr<kokoro::KokoroVocoder> v = kokoro::vocoder_for(k);
+            const nn::NaiveStft& st = v->generator().stft();
+            const float* p = vector_of(x, "x", -1);
+            const int64_t n = x.shape(0), frames = st.frames(n);
+            std::vector<float> out(size_t(2 * st.bins() * std::max<int64_t>(frames, 0)));
+            {
+                py::gil_scoped_release nogil;
+                st.forward(p, n, out.data(), k.pool());
+            }
+            return to_array(out, {py::ssize_t(2 * st.bins()), py::ssize_t(frames)});
+        }, py::arg("x"), "The graph's STFT: signal [n] -> [magnitudes; phases] [2 bins, frames].")
+        .def("istft", [](const KokoroModel& k, const FloatArray& spec, const FloatArray& phase) {
+            const std::shared_ptr<kokoro::KokoroVocoder> v = kokoro::vocoder_for(k);
+            const int64_t bins = v->generator().bins();
+            int64_t rows = 0, prow = 0;
+            const float* s = rows_of(spec, "spec", -1, rows);
+            const float* p = rows_of(phase, "phase", -1, prow);
+            if (rows != bins || prow != bins || spec.shape(1) != phase.shape(1))
+                throw ShapeError("istft: spec and phase must both be [" + std::to_string(bins) +
+                                 ", frames]");
+            std::vector<float> out;
+            {
+                py::gil_scoped_release nogil;
+                v->generator().istft(s, p, spec.shape(1), out, k.pool());
+            }
+            return to_array(out, {py::ssize_t(out.size())});
+        }, py::arg("spec"), py::arg("phase"),
+           "The graph's inverse STFT: spec, phase [bins, frames] -> audio.")
+        .def("source_spectrum", [](const KokoroModel& k, const FloatArray& f0) {
+            const std::shared_ptr<kokoro::KokoroVocoder> v = kokoro::vocoder_for(k);
+            const float* p = vector_of(f0, "f0", -1);
+            const int64_t curve = f0.shape(0);
+            if (curve < 1) throw ShapeError("f0: an empty curve");
+            std::vector<float> har;
+            {
+                py::gil_scoped_release nogil;
+                v->generator().source_spectrum(p, curve, har, k.pool());
+            }
+            const py::ssize_t rows = py::ssize_t(2 * v->generator().bins());
+            return to_array(har, {rows, py::ssize_t(har.size()) / rows});
+        }, py::arg("f0"), "The STFT of the harmonic source of F0 [2F]: [2 bins, 120 F + 1].")
+        .def("snake_resblock", [](const KokoroModel& k, const std::string& module,
+                                  const FloatArray& x, const FloatArray& style) {
+            const kokoro::SnakeResBlock b = kokoro::SnakeResBlock::load(k.weights(), module);
+            int64_t c = 0;
+            const float* p = rows_of(x, "x", -1, c);
+            if (c != b.channels())
+                throw ShapeError("snake_resblock: x has " + std::to_string(c) +
+                                 " channels, expected " + std::to_string(b.channels()));
+            const float* s = vector_of(style, "style", k.config().style_decoder);
+            const int64_t l = x.shape(1);
+            std::vector<float> out;
+            kokoro::SnakeResBlock::Scratch scratch;
+            {
+                py::gil_scoped_release nogil;
+                b.forward(p, l, s, out, scratch, k.pool());
+            }
+            return to_array(out, {py::ssize_t(c), py::ssize_t(l)});
+        }, py::arg("module"), py::arg("x"), py::arg("style"),
+           "A Snake AdaIN residual block by module name: x [C, L] -> [C, L].")
+        .def("decoder", [](const KokoroModel& k, const FloatArray& asr, const FloatArray& f0,
+                           const FloatArray& n, const FloatArray& s_dec) {
+            const std::shared_ptr<kokoro::KokoroVocoder> v = kokoro::vocoder_for(k);
+            const kokoro::Decoder& d = v->decoder();
+            int64_t c = 0;
+            const float* a = rows_of(asr, "asr", -1, c);
+            if (c != d.asr_channels())
+                throw ShapeError("asr: " + std::to_string(c) + " rows, expected " +
+                                 std::to_string(d.asr_channels()));
+            const int64_t frames = asr.shape(1);
+            const float* pf = vector_of(f0, "f0", 2 * frames);
+            const float* pn = vector_of(n, "n", 2 * frames);
+            const float* s = vector_of(s_dec, "s_dec", v->style_width());
+            std::vector<float> out;
+            int64_t l = 0;
+            {
+                py::gil_scoped_release nogil;
+                l = d.forward(a, frames, pf, pn, s, out, k.pool());
+            }
+            return to_array(out, {py::ssize_t(d.out_channels()), py::ssize_t(l)});
+        }, py::arg("asr"), py::arg("f0"), py::arg("n"), py::arg("s_dec"),
+           "asr [512, F], F0 and N [2F], the style's decoder part -> [512, 2F].")
+        .def("generator", [](const KokoroModel& k, const FloatArray& x, const FloatArray& s_dec,
+                             const FloatArray& f0, std::optional<FloatArray> har) {
+            const std::shared_ptr<kokoro::KokoroVocoder> v = kokoro::vocoder_for(k);
+            kokoro::Generator& g = v->generator();
+            int64_t c = 0;
+            const float* px = rows_of(x, "x", -1, c);
+            if (c != g.in_channels())
+                throw ShapeError("x: " + std::to_string(c) + " rows, expected " +
+                                 std::to_string(g.in_channels()));
+            const int64_t curve = x.shape(1);
+            const float* pf = vector_of(f0, "f0", curve);
+            const float* s = vector_of(s_dec, "s_dec", v->style_width());
+            const float* ph = nullptr;
+            if (har) {
+                if (har->ndim() != 2 || har->shape(0) != 2 * g.bins() ||
+                    har->shape(1) != g.spectrum_frames(curve))
+                    throw ShapeError("har: expected [" + std::to_string(2 * g.bins()) + ", " +
+                                     std::to_string(g.spectrum_frames(curve)) + "]");
+                ph = har->data();
+            }
+            std::vector<float> audio;
+            {
+                py::gil_scoped_release nogil;
+                g.forward(px, curve, s, pf, audio, k.pool(), ph);
+            }
+            return to_array(audio, {py::ssize_t(audio.size())});
+        }, py::arg("x"), py::arg("s_dec"), py::arg("f0"), py::arg("har") = py::none(),
+           "The decoder's output x [512, 2F] and F0 [2F] -> audio [600 F]. har: a peer's "
+           "source spectrum [22, 120 F + 1] instead of the generator's own.")
+        .def("synthesize", [](const KokoroModel& k, const IdArray& ids, const FloatArray& style,
+                              float speed, std::optional<IdArray> durations,
+                              std::optional<FloatArray> d_en, std::optional<FloatArray> har,
+                              std::optional<uint64_t> noise_seed) {
+            const std::vector<int64_t> v = ids_of(ids, "ids");
+            const float* s = vector_of(style, "style", k.config().style_width());
+            if (!(speed > 0.0f)) throw ShapeError("speed: " + std::to_string(speed) +
+                                                  " (must be positive)");
+            std::vector<int64_t> dur;
+            if (durations) dur = ids_of(*durations, "durations");
+            std::vector<float> de;
+            if (d_en) de = copy_of(*d_en);
+            std::vector<float> hv;
+            if (har) hv = copy_of(*har);
+            kokoro::SourceNoise noise;
+            if (noise_seed) {
+                noise.enabled = true;
+                noise.seed = *noise_seed;
+            }
+            kokoro::KokoroAudio a;
+            {
+                py::gil_scoped_release nogil;
+                a = kokoro::synthesize(k, v, s, speed, durations ? &dur : nullptr,
+                                       d_en ? &de : nullptr, har ? &hv : nullptr, noise);
+            }
+            py::dict out;
+            out["audio"] = to_array(a.audio, {py::ssize_t(a.audio.size())});
+            out["durations"] = to_ids(a.durations);
+            out["frames"] = a.frames;
+            return out;
+        }, py::arg("ids"), py::arg("style"), py::arg("speed") = 1.0f,
+           py::arg("durations") = py::none(), py::arg("d_en") = py::none(),
+           py::arg("har") = py::none(), py::arg("noise_seed") = py::none(),
+           "The whole chain: phoneme ids (boundaries added), a style row and a speed -> "
+           "{audio (24 kHz float32), durations (frames per id, predicted), frames}. "
+           "durations / d_en / har: a peer's, to compare from the same point. noise_seed: "
+           "SineGen's seeded noise (None: the exported graph's deterministic form).")
         ;
+    m.def("conv_transpose1d", [](const FloatArray& x, const FloatArray& w,
+                                 std::optional<FloatArray> bias, int64_t stride, int64_t pad_left,
+                                 int64_t pad_right, int64_t dilation, int64_t groups,
+                                 int64_t output_padding, int n_threads) {
+        if (x.ndim() != 2 || w.ndim() != 3)
+            throw ShapeError("conv_transpose1d: x [C_in, N] and weight [C_in, C_out / groups, K]");
+        if (w.shape(0) != x.shape(0))
+            throw ShapeError("conv_transpose1d: weight for " + std::to_string(w.shape(0)) +
+                             " input channels, x has " + std::to_string(x.shape(0)));
+        nn::ConvTransposeAttrs a;
+        a.stride = stride;
+        a.pad_left = pad_left;
+        a.pad_right = pad_right;
+        a.dilation = dilation;
+        a.groups = groups;
+        a.output_padding = output_padding;
+        std::vector<float> b;
+        if (bias) b = copy_of(*bias);
+        nn::ConvTranspose1d conv(w.data(), w.shape(0), w.shape(1) * groups, w.shape(2), b, a);
+        const int64_t n = x.shape(1);
+        std::vector<float> out;
+        {
+            py::gil_scoped_release nogil;
+            ThreadPool pool(n_threads);
+            conv.forward(x.data(), n, out, pool);
+        }
+        return to_array(out, {py::ssize_t(conv.c_out()), py::ssize_t(conv.out_length(n))});
+    }, py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
+       py::arg("pad_left") = 0, py::arg("pad_right") = 0, py::arg("dilation") = 1,
+       py::arg("groups") = 1, py::arg("output_padding") = 0, py::arg("n_threads") = 1,
+       "csrc/nn's float ConvTranspose1d: x [C_in, N], weight [C_in, C_out / groups, K] -> "
+       "[C_out, L] (torch.nn.functional.conv_transpose1d's semantics, padding per side).");
+
 }
 
 }  // namespace dasllama::bindings

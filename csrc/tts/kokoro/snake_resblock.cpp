@@ -1,0 +1,60 @@
+#include "tts/kokoro/snake_resblock.h"
+
+#include <algorithm>
+
+#include "core/errors.h"
+#include "core/thread_pool.h"
+#include "nn/snake.h"
+
+namespace dasllama::kokoro {
+
+SnakeResBlock SnakeResBlock::load(const KokoroWeights& w, const std::string& module) {
+    SnakeResBlock b;
+    b.name_ = module;
+    for (int j = 0; w.has(module + ".convs1." + std::to_string(j) + ".weight"); ++j) {
+        const std::string J = std::to_string(j);
+        Round r;
+        r.adain1 = AdaIN1d::load(w, module + ".adain1." + J);
+        r.adain2 = AdaIN1d::load(w, module + ".adain2." + J);
+        r.conv1 = QConv::load(w, module + ".convs1." + J);
+        r.conv2 = QConv::load(w, module + ".convs2." + J);
+        const int64_t c = r.conv1.c_out();
+        r.alpha1 = w.floats(module + ".alpha1." + J, {1, c, 1});
+        r.alpha2 = w.floats(module + ".alpha2." + J, {1, c, 1});
+        if (j == 0) b.channels_ = c;
+        if (r.conv1.c_in() != b.channels_ || c != b.channels_ || r.conv2.c_in() != c ||
+            r.conv2.c_out() != c || r.adain1.channels() != c || r.adain2.channels() != c)
+            throw ShapeError(module + ": round " + J + " does not keep " +
+                             std::to_string(b.channels_) + " channels");
+        b.rounds_.push_back(std::move(r));
+    }
+    if (b.rounds_.empty())
+        throw MissingTensor(w.path() + ": no tensor " + module + ".convs1.0.weight");
+    return b;
+}
+
+void SnakeResBlock::forward(const float* x, int64_t l, const float* style,
+                            std::vector<float>& out, Scratch& s, ThreadPool& pool) const {
+    const int64_t c = channels_, n = c * l;
+    out.assign(x, x + n);
+    s.a.resize(size_t(n));
+    s.b.resize(size_t(n));
+    for (const Round& r : rounds_) {
+        if (r.conv1.out_length(l) != l || r.conv2.out_length(l) != l)
+            throw ShapeError(name_ + ": a convolution changes the length " + std::to_string(l));
+        r.adain1.forward(out.data(), l, style, s.a.data(), &pool);
+        nn::snake(s.a.data(), c, l, r.alpha1.data(), pool);
+        r.conv1.forward(s.a.data(), l, s.b.data(), &pool);
+        r.adain2.forward(s.b.data(), l, style, s.b.data(), &pool);
+        nn::snake(s.b.data(), c, l, r.alpha2.data(), pool);
+        r.conv2.forward(s.b.data(), l, s.a.data(), &pool);
+        float* o = out.data();
+        const float* t = s.a.data();
+        pool.run([&](int share, int shares) {
+            const int64_t i0 = n * share / shares, i1 = n * (share + 1) / shares;
+            for (int64_t i = i0; i < i1; ++i) o[i] = t[i] + o[i];
+        });
+    }
+}
+
+}  // namespace dasllama::kokoro
