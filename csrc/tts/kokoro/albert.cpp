@@ -1,9 +1,14 @@
 #include "tts/kokoro/albert.h"
+#include "tts/kokoro/no_contract.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "core/formats.h"
 #include "core/thread_pool.h"
+#include "cpu/matmul.h"
 #include "tts/kokoro/onnx_math.h"
+#include "tts/kokoro/parallel.h"
 
 namespace dasllama::kokoro {
 
@@ -12,6 +17,12 @@ namespace {
 const char* const kLayer = "bert.encoder.albert_layer_groups.0.albert_layers.0";
 
 std::string part_of_layer(const char* part) { return std::string(kLayer) + "." + part; }
+
+// The pool for callers that pass none (the core's matmul takes one by reference).
+ThreadPool& serial_pool() {
+    static ThreadPool one(1);
+    return one;
+}
 
 }  // namespace
 
@@ -84,44 +95,53 @@ std::vector<float> Albert::layer(const float* h, int64_t t, ThreadPool* pool) co
         q[i] = q[i] * qk_scale;
         k[i] = k[i] * qk_scale;
     }
+    // Attention per head in float32 through the core's float matmul (SIMD, on the pool):
+    // scores = q_h k_h^T with k_h's rows as the weight rows, ctx_h = p v_h with v_h^T's rows.
     std::vector<float> ctx(size_t(t * n));
-    auto head_work = [&](int share, int shares) {
-        std::vector<float> p(size_t(t * t));
-        for (int64_t hd = heads * share / shares; hd < heads * (share + 1) / shares; ++hd) {
-            const int64_t off = hd * dim;
-            for (int64_t i = 0; i < t; ++i)
-                for (int64_t j = 0; j < t; ++j) {
-                    double s = 0.0;
-                    for (int64_t c = 0; c < dim; ++c)
-                        s += double(q[size_t(i * n + off + c)]) * double(k[size_t(j * n + off + c)]);
-                    p[size_t(i * t + j)] = static_cast<float>(s);
-                }
-            softmax_rows(p.data(), t, t);
-            for (int64_t i = 0; i < t; ++i)
-                for (int64_t c = 0; c < dim; ++c) {
-                    double s = 0.0;
-                    for (int64_t j = 0; j < t; ++j)
-                        s += double(p[size_t(i * t + j)]) * double(v[size_t(j * n + off + c)]);
-                    ctx[size_t(i * n + off + c)] = static_cast<float>(s);
-                }
-        }
-    };
-    if (pool && pool->size() > 1)
-        pool->run(head_work);
-    else
-        head_work(0, 1);
+    std::vector<float> qh(size_t(t * dim)), kh(size_t(t * dim)), vt(size_t(dim * t));
+    std::vector<float> p(size_t(t * t)), ch(size_t(t * dim));
+    const TypeTraits& f32 = *type_traits(static_cast<uint32_t>(GgmlType::F32));
+    ThreadPool& tp = pool ? *pool : serial_pool();
+    for (int64_t hd = 0; hd < heads; ++hd) {
+        const int64_t off = hd * dim;
+        for (int64_t j = 0; j < t; ++j)
+            for (int64_t c = 0; c < dim; ++c) {
+                qh[size_t(j * dim + c)] = q[size_t(j * n + off + c)];
+                kh[size_t(j * dim + c)] = k[size_t(j * n + off + c)];
+                vt[size_t(c * t + j)] = v[size_t(j * n + off + c)];
+            }
+        const cpu::WeightMatrix wk = cpu::prepare_weight(
+            f32, t, dim, reinterpret_cast<const uint8_t*>(kh.data()), nullptr);
+        cpu::matmul(wk, qh.data(), t, p.data(), tp, cpu::Precision::kF32);
+        parallel_rows(pool, t, t, [&](int64_t r0, int64_t r1) {
+            softmax_rows(&p[size_t(r0 * t)], r1 - r0, t);
+        });
+        const cpu::WeightMatrix wv = cpu::prepare_weight(
+            f32, dim, t, reinterpret_cast<const uint8_t*>(vt.data()), nullptr);
+        cpu::matmul(wv, p.data(), t, ch.data(), tp, cpu::Precision::kF32);
+        for (int64_t i = 0; i < t; ++i)
+            std::copy(&ch[size_t(i * dim)], &ch[size_t((i + 1) * dim)], &ctx[size_t(i * n + off)]);
+    }
     std::vector<float> a(size_t(t * n));
     dense_.forward(ctx.data(), t, a.data(), pool);
-    for (size_t i = 0; i < a.size(); ++i) a[i] = h[i] + a[i];
-    layer_norm_lanes(a.data(), attn_ln_w_, attn_ln_b_, t, n, attn_eps_, a.data());
+    parallel_rows(pool, t, n, [&](int64_t r0, int64_t r1) {
+        for (int64_t i = r0 * n; i < r1 * n; ++i) a[size_t(i)] = h[i] + a[size_t(i)];
+        layer_norm_lanes(&a[size_t(r0 * n)], attn_ln_w_, attn_ln_b_, r1 - r0, n, attn_eps_,
+                         &a[size_t(r0 * n)]);
+    });
     const int64_t f = ffn_.out();
     std::vector<float> g(size_t(t * f));
     ffn_.forward(a.data(), t, g.data(), pool);
-    fast_gelu(g.data(), ffn_bias_, t, f, g.data());
+    parallel_rows(pool, t, f, [&](int64_t r0, int64_t r1) {
+        fast_gelu(&g[size_t(r0 * f)], ffn_bias_, r1 - r0, f, &g[size_t(r0 * f)]);
+    });
     std::vector<float> o(size_t(t * n));
     ffn_out_.forward(g.data(), t, o.data(), pool);
-    for (size_t i = 0; i < o.size(); ++i) o[i] = o[i] + a[i];
-    layer_norm_lanes(o.data(), full_ln_w_, full_ln_b_, t, n, full_eps_, o.data());
+    parallel_rows(pool, t, n, [&](int64_t r0, int64_t r1) {
+        for (int64_t i = r0 * n; i < r1 * n; ++i) o[size_t(i)] = o[size_t(i)] + a[size_t(i)];
+        layer_norm_lanes(&o[size_t(r0 * n)], full_ln_w_, full_ln_b_, r1 - r0, n, full_eps_,
+                         &o[size_t(r0 * n)]);
+    });
     return o;
 }
 

@@ -3,7 +3,8 @@
 // shared transformer layer applied kokoro.bert.layers times, and bert_encoder down to 512:
 //     ids [T] -> d_en [T, 512]
 // The layer: q, k, v linears; q and k each scaled by sqrt(1 / sqrt(head_dim)) as the graph
-// does; softmax(q k^T) v per head (float32, dot products accumulated in double); dense;
+// does; softmax(q k^T) v per head (float32 products through cpu/matmul, whose summation
+// order is not the reference's BLAS: last bits differ); dense;
 // LayerNorm(h + a); FastGelu(ffn(a) + bias); ffn_output; LayerNorm(f + a). Every linear is a
 // MatMulInteger (int8_ops.h).
 #pragma once

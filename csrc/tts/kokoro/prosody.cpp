@@ -1,4 +1,5 @@
 #include "tts/kokoro/prosody.h"
+#include "tts/kokoro/no_contract.h"
 
 #include <algorithm>
 #include <cmath>
