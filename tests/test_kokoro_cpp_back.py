@@ -43,8 +43,11 @@ AUDIO_BAR = 0.15
 # onnxruntime's noise there (the reference's own source gives 0.365 on sentence 0 too; the
 # C++ generator from its own source is 0.057 from the reference's from the reference's own).
 OWN_SOURCE_BAR = 0.6
-CHAIN_BAR = 0.15          # the chain from onnxruntime's d_en (measured 0.052 .. 0.084) or
-                          # durations (0.052 .. 0.111), and its spectrum
+CHAIN_BAR = 0.15          # the chain from onnxruntime's d_en and spectrum (measured 0.052 .. 0.084)
+# ... from onnxruntime's durations and spectrum, ALBERT's steps included (measured 0.052 ..
+# 0.117; they move with the front half's float details); the style-swap control's smallest
+# is 2.69 (sentence 2).
+DURATIONS_CHAIN_BAR = 0.2
 SENTENCES_USED = (0, 1, 2)    # 5, 30 and 53 phonemes
 
 
@@ -325,7 +328,7 @@ def test_whole_chain_from_onnxruntime_d_en(kokoro, index):
 def test_whole_chain_from_onnxruntime_durations(kokoro, index):
     """ALBERT and the rest from the ids (C++ all the way), onnxruntime's durations and source
     spectrum given: the quantization steps ALBERT moves (tests/test_kokoro_parity.py) add to
-    the audio error (measured 0.052, 0.106, 0.111)."""
+    the audio error (measured 0.052, 0.098, 0.117)."""
     cpp, ref, run = kokoro
     ids, style, o = run(index)
     given = o["durations"].ravel().astype(np.int64)
@@ -336,8 +339,8 @@ def test_whole_chain_from_onnxruntime_durations(kokoro, index):
     print(f"{len(ids)} phonemes from onnxruntime's durations: audio rel-l2 {err:.3f}; control "
           f"(style halves swapped) {ctl:.3g}")
     assert out["frames"] == int(given.sum())
-    assert err <= CHAIN_BAR
-    assert ctl >= CONTROL_RATIO * CHAIN_BAR
+    assert err <= DURATIONS_CHAIN_BAR
+    assert ctl >= CONTROL_RATIO * DURATIONS_CHAIN_BAR
 
 
 def test_whole_chain_on_its_own(kokoro):
