@@ -46,7 +46,7 @@ OWN_SOURCE_BAR = 0.6
 CHAIN_BAR = 0.15          # the chain from onnxruntime's d_en and spectrum (measured 0.052 .. 0.084)
 # ... from onnxruntime's durations and spectrum, ALBERT's steps included (measured 0.052 ..
 # 0.117; they move with the front half's float details); the style-swap control's smallest
-# is 2.69 (sentence 2).
+# is about 2.7 (sentence 2).
 DURATIONS_CHAIN_BAR = 0.2
 SENTENCES_USED = (0, 1, 2)    # 5, 30 and 53 phonemes
 
