@@ -321,7 +321,16 @@ def test_bad_calls_raise_typed_errors(models):
         cpp.text_encoder(np.array([0, 9999, 0]))
     with pytest.raises(ShapeError, match="at most 512"):
         cpp.albert(np.zeros(600, np.int64))
-    with pytest.raises(ShapeError, match="speed"):
+    with pytest.raises(ShapeError, match="speed 0.0"):
         cpp.durations(np.zeros((3, 640), np.float32), 0.0)
+    with pytest.raises(ShapeError, match="NaN or infinity"):
+        cpp.durations(np.full((3, 640), np.nan, np.float32), 1.0)
+    with pytest.raises(ShapeError, match="NaN or infinity"):
+        cpp.predict(np.array([5, 6]), np.full(256, np.inf, np.float32), 1.0)
+    with pytest.raises(ShapeError, match="negative duration"):
+        cpp.predict(np.array([5, 6]), cpp.voice(VOICE)[1], 1.0, durations=np.array([1, -2, 3, 1]))
+    with pytest.raises(ShapeError, match="more than"):
+        cpp.predict(np.array([5, 6]), cpp.voice(VOICE)[1], 1.0,
+                    durations=np.array([1, 10 ** 6, 3, 1]))
     with pytest.raises(ShapeError, match="style"):
         cpp.predict(np.array([5, 6]), np.zeros(100, np.float32), 1.0)

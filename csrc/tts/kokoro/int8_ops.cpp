@@ -100,21 +100,29 @@ void run_gemm(const Int8Kernels& kern, const uint8_t* a, int64_t lda, const int8
 QuantParams quant_params(const float* x, int64_t n) {
     float lo = 0.0f, hi = 0.0f;   // the range includes 0
     // Eight running minima / maxima (vectorizable); min and max are exact in any order.
-    float l8[8] = {}, h8[8] = {};
+    // x * 0 is NaN exactly when x is NaN or infinite: a non-finite activation has no range.
+    float l8[8] = {}, h8[8] = {}, z8[8] = {};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; ++j) {
             l8[j] = std::min(l8[j], x[i + j]);
             h8[j] = std::max(h8[j], x[i + j]);
+            z8[j] = z8[j] + x[i + j] * 0.0f;
         }
+    float zero = 0.0f;
     for (int j = 0; j < 8; ++j) {
         lo = std::min(lo, l8[j]);
         hi = std::max(hi, h8[j]);
+        zero = zero + z8[j];
     }
     for (; i < n; ++i) {
         lo = std::min(lo, x[i]);
         hi = std::max(hi, x[i]);
+        zero = zero + x[i] * 0.0f;
     }
+    if (zero != 0.0f)
+        throw ShapeError("DynamicQuantizeLinear: the activations hold NaN or infinity (" +
+                         std::to_string(n) + " values)");
     QuantParams p;
     p.scale = hi == lo ? 1.0f : (hi - lo) / static_cast<float>(kQuantMax);
     const float z = std::clamp(0.0f - lo / p.scale, 0.0f, static_cast<float>(kQuantMax));
