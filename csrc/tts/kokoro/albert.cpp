@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "core/formats.h"
 #include "core/thread_pool.h"
@@ -22,6 +23,37 @@ std::string part_of_layer(const char* part) { return std::string(kLayer) + "." +
 ThreadPool& serial_pool() {
     static ThreadPool one(1);
     return one;
+}
+
+// The query, key and value linears side by side: [K, 3N] weights, per-column zero points and
+// scales (a per-tensor value repeated), the three biases.
+QLinear fused_qkv(const KokoroWeights& w, int64_t hidden) {
+    const char* parts[3] = {"attention.query", "attention.key", "attention.value"};
+    const int64_t n3 = 3 * hidden;
+    std::vector<int8_t> wc(size_t(hidden * n3));
+    std::vector<float> zp(static_cast<size_t>(n3)), sc(static_cast<size_t>(n3)),
+        bias(static_cast<size_t>(n3));
+    for (int p = 0; p < 3; ++p) {
+        const std::string m = part_of_layer(parts[p]);
+        const TensorView wt = w.i8(m + ".weight", {hidden, hidden});
+        const TensorView z = w.f32(m + ".weight_zp", {-1});
+        const TensorView s = w.f32(m + ".weight_scale", {z.dim(0)});
+        if (z.dim(0) != 1 && z.dim(0) != hidden)
+            throw ShapeError(w.path() + ": " + m + " has " + std::to_string(z.dim(0)) +
+                             " zero points for " + std::to_string(hidden) + " outputs");
+        const float* b = w.f32(m + ".bias", {hidden}).f32();
+        for (int64_t r = 0; r < hidden; ++r)
+            std::copy(wt.i8() + r * hidden, wt.i8() + (r + 1) * hidden,
+                      &wc[size_t(r * n3 + p * hidden)]);
+        for (int64_t c = 0; c < hidden; ++c) {
+            const int64_t j = z.dim(0) == 1 ? 0 : c;
+            zp[size_t(p * hidden + c)] = z.f32()[j];
+            sc[size_t(p * hidden + c)] = s.f32()[j];
+            bias[size_t(p * hidden + c)] = b[c];
+        }
+    }
+    return QLinear(wc.data(), hidden, n3, zp.data(), sc.data(), n3, bias.data(),
+                   w.path() + ": " + part_of_layer("attention.{query,key,value}"));
 }
 
 }  // namespace
@@ -44,9 +76,7 @@ Albert Albert::load(const KokoroWeights& w) {
     if (a.mapping_.in() != e || h % a.heads_)
         throw ShapeError(w.path() + ": ALBERT's hidden width " + std::to_string(h) +
                          " does not fit its embeddings or " + std::to_string(a.heads_) + " heads");
-    a.q_ = QLinear::load(w, part_of_layer("attention.query"));
-    a.k_ = QLinear::load(w, part_of_layer("attention.key"));
-    a.v_ = QLinear::load(w, part_of_layer("attention.value"));
+    a.qkv_ = fused_qkv(w, h);
     a.dense_ = QLinear::load(w, part_of_layer("attention.dense"));
     a.ffn_ = QLinear::load(w, part_of_layer("ffn"), /*with_bias=*/false);   // the bias is FastGelu's
     a.ffn_bias_ = w.f32(part_of_layer("ffn.bias"), {a.ffn_.out()}).f32();
@@ -58,7 +88,7 @@ Albert Albert::load(const KokoroWeights& w) {
     a.full_ln_b_ = w.f32(part_of_layer("full_layer_layer_norm.bias"), {h}).f32();
     a.full_eps_ = w.eps(part_of_layer("full_layer_layer_norm"));
     a.project_ = QLinear::load(w, "bert_encoder");
-    for (const QLinear* l : {&a.q_, &a.k_, &a.v_, &a.dense_, &a.project_})
+    for (const QLinear* l : {&a.qkv_, &a.dense_, &a.project_})
         if (l->in() != h) throw ShapeError(l->name() + ": input width is not " + std::to_string(h));
     if (a.ffn_.in() != h || a.ffn_out_.in() != a.ffn_.out() || a.ffn_out_.out() != h)
         throw ShapeError(w.path() + ": ALBERT's feed-forward widths do not chain");
@@ -87,14 +117,15 @@ std::vector<float> Albert::embed(const int64_t* ids, int64_t t, ThreadPool* pool
 std::vector<float> Albert::layer(const float* h, int64_t t, ThreadPool* pool) const {
     const int64_t n = hidden(), heads = heads_, dim = n / heads;
     const float qk_scale = std::sqrt(1.0f / std::sqrt(static_cast<float>(dim)));
-    std::vector<float> q(size_t(t * n)), k(size_t(t * n)), v(size_t(t * n));
-    q_.forward(h, t, q.data(), pool);
-    k_.forward(h, t, k.data(), pool);
-    v_.forward(h, t, v.data(), pool);
-    for (size_t i = 0; i < q.size(); ++i) {
-        q[i] = q[i] * qk_scale;
-        k[i] = k[i] * qk_scale;
-    }
+    std::vector<float> qkv(size_t(t * 3 * n)), q(size_t(t * n)), k(size_t(t * n)), v(size_t(t * n));
+    qkv_.forward(h, t, qkv.data(), pool);
+    for (int64_t i = 0; i < t; ++i)
+        for (int64_t c = 0; c < n; ++c) {
+            const float* row = &qkv[size_t(i * 3 * n)];
+            q[size_t(i * n + c)] = row[c] * qk_scale;
+            k[size_t(i * n + c)] = row[n + c] * qk_scale;
+            v[size_t(i * n + c)] = row[2 * n + c];
+        }
     // Attention per head in float32 through the core's float matmul (SIMD, on the pool):
     // scores = q_h k_h^T with k_h's rows as the weight rows, ctx_h = p v_h with v_h^T's rows.
     std::vector<float> ctx(size_t(t * n));

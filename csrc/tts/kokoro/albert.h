@@ -46,7 +46,9 @@ private:
     QEmbedding word_, type_, pos_;
     const float *emb_ln_w_ = nullptr, *emb_ln_b_ = nullptr;
     float emb_eps_ = 1e-12f;
-    QLinear mapping_, q_, k_, v_, dense_, ffn_, ffn_out_, project_;
+    // q, k and v as one linear of 3 x hidden outputs: the graph quantizes the same h for each,
+    // so one quantization serves all three with the same bits.
+    QLinear mapping_, qkv_, dense_, ffn_, ffn_out_, project_;
     const float *ffn_bias_ = nullptr;
     const float *attn_ln_w_ = nullptr, *attn_ln_b_ = nullptr, *full_ln_w_ = nullptr,
                 *full_ln_b_ = nullptr;
