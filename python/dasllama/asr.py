@@ -732,8 +732,9 @@ class ASR:
                               text=text, tokens=part, avg_logprob=avg_logprob,
                               compression_ratio=ratio, no_speech_prob=no_speech,
                               temperature=temperature,
-                              words=([Word(**w) for w in seg["words"]] if o.word_timestamps
-                                     else None))
+                              words=([Word(start=float(w["start"]), end=float(w["end"]),
+                                           word=w["word"], probability=float(w["probability"]))
+                                      for w in seg["words"]] if o.word_timestamps else None))
             if (not o.condition_on_previous_text or
                     temperature > o.prompt_reset_on_temperature):
                 prompt_reset_since = len(all_tokens)
