@@ -193,6 +193,29 @@ def test_seeking_by_words_by_hand():
                          **common) == (200, [speech], False)
 
 
+BAR_INT8_TIME = 0.06   # s, int8 lane vs float32: 3 encoder frames  [measured: 0.02]
+
+
+def test_int8_lane_words_follow_the_float32_lane(tiny):
+    """The int8 lane's words equal the float32 lane's (measured: equal on us_plain and
+    gb_fast), their times within BAR_INT8_TIME: 8-bit activations move attention weights, so a
+    boundary may move by a frame or two."""
+    import dasllama
+
+    ours, _, gguf = tiny
+    int8 = dasllama.ASR(gguf, compute_type="int8", n_threads=2)
+    for clip in ["us_plain.flac", "gb_fast.flac"]:
+        a = samples(clip)
+        f32 = [w for s in ours.transcribe(a, temperature=0.0, word_timestamps=True)[0]
+               for w in s.words]
+        q8 = [w for s in int8.transcribe(a, temperature=0.0, word_timestamps=True)[0]
+              for w in s.words]
+        assert f32 and [w.word for w in q8] == [w.word for w in f32]
+        worst = max(max(abs(x.start - y.start), abs(x.end - y.end)) for x, y in zip(q8, f32))
+        print(f"{clip}: int8 word times within {worst:.3f} s of float32's")
+        assert worst <= BAR_INT8_TIME
+
+
 def test_words_off_runs_no_alignment(tiny):
     """Word timestamps off: no words and no alignment pass (the stats' align clock stays)."""
     ours, _, _ = tiny
