@@ -100,7 +100,6 @@ def test_bad_input_and_unsupported_options_are_named(random_dir, cache, tmp_path
         (dict(beam_size=5, prefix="x"), "prefix with beam_size=5"),
         (dict(temperature=-1.0), "temperature -1.0"),
         (dict(task="translate"), "task='translate'"), (dict(language="de"), "language='de'"),
-        (dict(word_timestamps=True), "word_timestamps"),
         (dict(vad_filter=True, vad_parameters={"min_silence_ms": 1}), "min_silence_ms"),
     ]:
         with pytest.raises(ASRError, match=message):

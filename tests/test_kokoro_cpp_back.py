@@ -43,25 +43,36 @@ AUDIO_BAR = 0.15
 # onnxruntime's noise there (the reference's own source gives 0.365 on sentence 0 too; the
 # C++ generator from its own source is 0.057 from the reference's from the reference's own).
 OWN_SOURCE_BAR = 0.6
-CHAIN_BAR = 0.15          # the chain from onnxruntime's d_en (measured 0.052 .. 0.084) or
-                          # durations (0.052 .. 0.111), and its spectrum
+CHAIN_BAR = 0.15          # the chain from onnxruntime's d_en and spectrum (measured 0.052 .. 0.084)
+# ... from onnxruntime's durations and spectrum, ALBERT's steps included (measured 0.052 ..
+# 0.117; they move with the front half's float details); the style-swap control's smallest
+# is about 2.7 (sentence 2).
+DURATIONS_CHAIN_BAR = 0.2
 SENTENCES_USED = (0, 1, 2)    # 5, 30 and 53 phonemes
 
 
 @pytest.fixture(scope="module")
-def kokoro(real_model, tmp_path_factory):
-    """(C++ model, reference, run) on the pulled real model; run(index, keys) returns ids,
-    style and a cache of onnxruntime's outputs for that sentence."""
-    onnx = require("onnx")
-    ort = require("onnxruntime")
-    from dasllama import _core
+def converted(real_model, tmp_path_factory):
+    """(the ONNX file, the GGUF converted from it)."""
+    require("onnx")
     from dasllama.convert.kokoro import convert_kokoro
-    from dasllama.reference.kokoro import ReferenceKokoro
 
     folder = real_model("kokoro")
     model = folder / "kokoro-v1.0.int8.onnx"
-    out = convert_kokoro(model, folder / "voices_ja.npz",
-                         tmp_path_factory.mktemp("kokoro") / "kokoro.gguf")
+    return model, convert_kokoro(model, folder / "voices_ja.npz",
+                                 tmp_path_factory.mktemp("kokoro") / "kokoro.gguf")
+
+
+@pytest.fixture(scope="module")
+def kokoro(converted):
+    """(C++ model, reference, run) on the pulled real model; run(index) returns ids, style and
+    onnxruntime's outputs for that sentence (cached)."""
+    onnx = require("onnx")
+    ort = require("onnxruntime")
+    from dasllama import _core
+    from dasllama.reference.kokoro import ReferenceKokoro
+
+    model, out = converted
     ref = ReferenceKokoro(out)
     cpp = _core.KokoroModel(str(out), 2)
     graph = onnx.load(str(model))
@@ -279,6 +290,21 @@ def test_generator_from_onnxruntime_inputs(kokoro, index):
     assert rel(no_harmonics, o["audio"]) >= 2 * AUDIO_BAR
 
 
+def test_generator_same_bits_on_one_and_two_threads(kokoro, converted):
+    """The resblocks of a stage run one per thread when the pool is small (generator.cpp):
+    the integer sums are exact and the reductions split by rows, so the audio must not
+    depend on the thread count."""
+    from dasllama import _core
+
+    cpp, ref, run = kokoro
+    _, style, o = run(0)
+    s_dec, _ = split(ref, style)
+    one = _core.KokoroModel(str(converted[1]), 1)
+    a = cpp.generator(o["decoded"], s_dec, o["f0"], o["har"])
+    b = one.generator(o["decoded"], s_dec, o["f0"], o["har"])
+    assert np.array_equal(a, b)
+
+
 @pytest.mark.parametrize("index", SENTENCES_USED)
 def test_whole_chain_from_onnxruntime_d_en(kokoro, index):
     cpp, ref, run = kokoro
@@ -302,7 +328,7 @@ def test_whole_chain_from_onnxruntime_d_en(kokoro, index):
 def test_whole_chain_from_onnxruntime_durations(kokoro, index):
     """ALBERT and the rest from the ids (C++ all the way), onnxruntime's durations and source
     spectrum given: the quantization steps ALBERT moves (tests/test_kokoro_parity.py) add to
-    the audio error (measured 0.052, 0.106, 0.111)."""
+    the audio error (measured 0.052, 0.098, 0.117)."""
     cpp, ref, run = kokoro
     ids, style, o = run(index)
     given = o["durations"].ravel().astype(np.int64)
@@ -313,8 +339,8 @@ def test_whole_chain_from_onnxruntime_durations(kokoro, index):
     print(f"{len(ids)} phonemes from onnxruntime's durations: audio rel-l2 {err:.3f}; control "
           f"(style halves swapped) {ctl:.3g}")
     assert out["frames"] == int(given.sum())
-    assert err <= CHAIN_BAR
-    assert ctl >= CONTROL_RATIO * CHAIN_BAR
+    assert err <= DURATIONS_CHAIN_BAR
+    assert ctl >= CONTROL_RATIO * DURATIONS_CHAIN_BAR
 
 
 def test_whole_chain_on_its_own(kokoro):

@@ -167,8 +167,9 @@ def test_float_helpers_round_as_the_reference():
     rng = np.random.default_rng(4)
     x = np.concatenate([rng.standard_normal(20000) * 6, [-30, -18, -9, 0, 9, 18, 30]]
                        ).astype(np.float32)
-    assert np.array_equal(_core.kokoro_logistic(x), ops.sigmoid(x))
-    assert np.array_equal(_core.kokoro_tanh(x), ops.tanh(x))
+    for level in _core.kokoro_activation_levels():
+        assert np.array_equal(_core.kokoro_logistic(x, level), ops.sigmoid(x)), level
+        assert np.array_equal(_core.kokoro_tanh(x, level), ops.tanh(x)), level
     assert not np.array_equal(np.tanh(x), ops.tanh(x))   # control: libm's tanh differs
     for n in (128, 512, 768, 13):   # 13: a row that is not a multiple of the 8 lanes
         a = (rng.standard_normal((6, n)) * 2 + 0.5).astype(np.float32)
@@ -320,7 +321,16 @@ def test_bad_calls_raise_typed_errors(models):
         cpp.text_encoder(np.array([0, 9999, 0]))
     with pytest.raises(ShapeError, match="at most 512"):
         cpp.albert(np.zeros(600, np.int64))
-    with pytest.raises(ShapeError, match="speed"):
+    with pytest.raises(ShapeError, match="speed 0.0"):
         cpp.durations(np.zeros((3, 640), np.float32), 0.0)
+    with pytest.raises(ShapeError, match="NaN or infinity"):
+        cpp.durations(np.full((3, 640), np.nan, np.float32), 1.0)
+    with pytest.raises(ShapeError, match="NaN or infinity"):
+        cpp.predict(np.array([5, 6]), np.full(256, np.inf, np.float32), 1.0)
+    with pytest.raises(ShapeError, match="negative duration"):
+        cpp.predict(np.array([5, 6]), cpp.voice(VOICE)[1], 1.0, durations=np.array([1, -2, 3, 1]))
+    with pytest.raises(ShapeError, match="more than"):
+        cpp.predict(np.array([5, 6]), cpp.voice(VOICE)[1], 1.0,
+                    durations=np.array([1, 10 ** 6, 3, 1]))
     with pytest.raises(ShapeError, match="style"):
         cpp.predict(np.array([5, 6]), np.zeros(100, np.float32), 1.0)

@@ -174,7 +174,70 @@ void bind_asr(py::module_& m) {
              "sum_logprob, no_speech_prob); prefix: tokens forced first (part of the output, "
              "scored 0; not with beams). temperature > 0: best_of candidates sampled from "
              "softmax(logits / temperature) with a generator seeded by seed (beam_size is "
-             "then not used); the best by sum_logprob / length^length_penalty is returned");
+             "then not used); the best by sum_logprob / length^length_penalty is returned")
+        .def("align",
+             [](WhisperModel& w, const std::vector<int32_t>& sot_sequence,
+                const std::vector<int32_t>& text_tokens, int64_t num_frames,
+                int median_filter_width, const std::vector<int32_t>& heads) {
+                 whisper::AlignOptions o;
+                 o.median_filter_width = median_filter_width;
+                 o.heads = heads;
+                 whisper::AlignmentResult r;
+                 {
+                     py::gil_scoped_release nogil;
+                     r = w.align(sot_sequence, text_tokens, num_frames, o);
+                 }
+                 py::array_t<int32_t> text(py::ssize_t(r.text_indices.size()));
+                 std::copy(r.text_indices.begin(), r.text_indices.end(), text.mutable_data());
+                 py::array_t<int32_t> time(py::ssize_t(r.time_indices.size()));
+                 std::copy(r.time_indices.begin(), r.time_indices.end(), time.mutable_data());
+                 py::dict out;
+                 out["text_indices"] = text;
+                 out["time_indices"] = time;
+                 out["text_token_probs"] = to_array(r.text_token_probs,
+                                                    {py::ssize_t(r.text_token_probs.size())});
+                 const py::ssize_t rows = r.n_frames > 0 ? py::ssize_t(text_tokens.size() + 1) : 0;
+                 out["matrix"] = to_array(r.matrix, {rows, py::ssize_t(r.n_frames)});
+                 return out;
+             },
+             py::arg("sot_sequence"), py::arg("text_tokens"), py::arg("num_frames"),
+             py::arg("median_filter_width") = int(whisper::kMedianFilterWidth),
+             py::arg("heads") = std::vector<int32_t>{},
+             "word alignment of text_tokens (ids below <|endoftext|>) on the window whose first "
+             "num_frames mel frames are audio: dict of text_indices and time_indices (the DTW "
+             "path: rows, 0 = <|notimestamps|>, and encoder frames of 20 ms), "
+             "text_token_probs [n_text] and matrix [n_text + 1, num_frames // 2] (the heads' "
+             "normalized, filtered mean that DTW aligned). heads: flat (layer, head) pairs, "
+             "empty for the file's whisper.alignment_heads; raises when there are none")
+        .def_static("negative_dtw",
+             [](const FloatArray& x) {
+                 if (x.ndim() != 2)
+                     throw ShapeError("negative_dtw: expected a 2-D float32 matrix, got " +
+                                      std::to_string(x.ndim()) + "-D");
+                 std::vector<std::pair<int32_t, int32_t>> path;
+                 {
+                     py::gil_scoped_release nogil;
+                     path = whisper::negative_dtw(x.data(), x.shape(0), x.shape(1));
+                 }
+                 py::array_t<int32_t> out({py::ssize_t(path.size()), py::ssize_t(2)});
+                 for (size_t k = 0; k < path.size(); ++k) {
+                     out.mutable_at(py::ssize_t(k), 0) = path[k].first;
+                     out.mutable_at(py::ssize_t(k), 1) = path[k].second;
+                 }
+                 return out;
+             },
+             py::arg("x"), "DTW of the cost -x over x [n, m]: the path's (row, column) pairs")
+        .def_static("median_filter",
+             [](const FloatArray& x, int width) {
+                 if (x.ndim() != 2)
+                     throw ShapeError("median_filter: expected a 2-D float32 array, got " +
+                                      std::to_string(x.ndim()) + "-D");
+                 std::vector<float> v(x.data(), x.data() + x.size());
+                 whisper::median_filter_rows(v.data(), x.shape(0), x.shape(1), width);
+                 return to_array(v, {x.shape(0), x.shape(1)});
+             },
+             py::arg("x"), py::arg("width") = int(whisper::kMedianFilterWidth),
+             "median of width (odd) neighbours along each row, the edges reflected");
 }
 
 }  // namespace dasllama::bindings

@@ -92,9 +92,11 @@ void bind_kokoro(py::module_& m) {
               std::vector<int8_t> bp(size_t(n * kp), 0);
               for (int64_t i = 0; i < m_; ++i) std::copy(a.data() + i * k, a.data() + (i + 1) * k, &ap[size_t(i * kp)]);
               for (int64_t i = 0; i < n; ++i) std::copy(b.data() + i * k, b.data() + (i + 1) * k, &bp[size_t(i * kp)]);
+              const kokoro::Int8Kernels& kern = kokoro::int8_kernels(isa);
+              std::vector<int8_t> packed(size_t(kern.padded_rows(n) * kp));
+              kern.pack(bp.data(), n, kp, packed.data());
               py::array_t<int32_t> c({py::ssize_t(m_), py::ssize_t(n)});
-              kokoro::int8_kernels(isa).gemm(ap.data(), kp, bp.data(), kp, m_, n, kp,
-                                             c.mutable_data(), n);
+              kern.gemm(ap.data(), kp, packed.data(), m_, n, kp, c.mutable_data(), n);
               return c;
           },
           py::arg("a"), py::arg("b"), py::arg("isa"),
@@ -106,16 +108,25 @@ void bind_kokoro(py::module_& m) {
         std::copy(q.begin(), q.end(), out.mutable_data());
         return py::make_tuple(out, p.scale, p.zero_point);
     }, py::arg("x"), "DynamicQuantizeLinear of x (flattened): (q uint8, scale, zero point).");
-    m.def("kokoro_logistic", [](const FloatArray& x) {
+    m.def("kokoro_activation_levels", [] {
+        std::vector<std::string> out{kokoro::activation_kernels().isa};
+        if (out[0] != "generic") out.emplace_back("generic");
+        return out;
+    }, "The logistic / tanh kernel levels this CPU runs, best first.");
+    m.def("kokoro_logistic", [](const FloatArray& x, const std::string& isa) {
         std::vector<float> out(size_t(x.size()));
-        kokoro::logistic(x.data(), x.size(), out.data());
+        const kokoro::ActivationKernels& k =
+            isa.empty() ? kokoro::activation_kernels() : kokoro::activation_kernels(isa.c_str());
+        k.logistic(x.data(), x.size(), out.data());
         return to_array(out, {py::ssize_t(out.size())});
-    }, py::arg("x"), "MLAS's logistic of x (flattened).");
-    m.def("kokoro_tanh", [](const FloatArray& x) {
+    }, py::arg("x"), py::arg("isa") = "", "MLAS's logistic of x (flattened).");
+    m.def("kokoro_tanh", [](const FloatArray& x, const std::string& isa) {
         std::vector<float> out(size_t(x.size()));
-        kokoro::tanh_mlas(x.data(), x.size(), out.data());
+        const kokoro::ActivationKernels& k =
+            isa.empty() ? kokoro::activation_kernels() : kokoro::activation_kernels(isa.c_str());
+        k.tanh(x.data(), x.size(), out.data());
         return to_array(out, {py::ssize_t(out.size())});
-    }, py::arg("x"), "MLAS's tanh of x (flattened).");
+    }, py::arg("x"), py::arg("isa") = "", "MLAS's tanh of x (flattened).");
     m.def("kokoro_layer_norm", [](const FloatArray& x, const FloatArray& w, const FloatArray& b,
                                   float eps) {
         int64_t rows = 0;

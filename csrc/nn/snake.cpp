@@ -25,6 +25,7 @@ const Kernels generic{"generic", row_generic};
 const cpu::Variants<Kernels>& variants() {
     static const cpu::Variants<Kernels> list{
 #if defined(DASLLAMA_X86)
+        kernels_avx512(),
         kernels_avx2(),
 #endif
         &generic};

@@ -2,7 +2,7 @@
 // snake(x) = x + (1 / alpha) sin(alpha x)^2 with one alpha per channel, over channel-major
 // rows x [C, L]. A dispatched family (cpu/dispatch.h): the generic kernel uses the C library's
 // sinf in the reference's order of roundings (alpha x, sin, squared, times 1 / alpha, plus x);
-// the AVX2 one a vector sine (Cody-Waite reduction by pi / 2 in three parts, minimax
+// the AVX2 and AVX-512 ones a vector sine (Cody-Waite reduction by pi / 2 in three parts, minimax
 // polynomials on [-pi/4, pi/4]: within 2 ulp of sinf for |alpha x| < 1e5, the range these
 // blocks meet; larger arguments go to sinf). tests/cpp/test_snake.cpp holds the bar.
 #pragma once
@@ -30,7 +30,8 @@ struct Kernels {
 std::vector<std::string> available_variants();  // best first, ends with "generic"
 const Kernels& variant(std::string_view isa);   // throws Error when not available
 const Kernels& active();
-const Kernels* kernels_avx2();  // snake_avx2.cpp (x86-64 builds only)
+const Kernels* kernels_avx2();    // snake_avx2.cpp (x86-64 builds only)
+const Kernels* kernels_avx512();  // snake_avx512.cpp (x86-64 builds only)
 }  // namespace snake_kernels
 
 }  // namespace dasllama::nn

@@ -34,8 +34,12 @@ the same call gives the same text. Also with or without timestamps, ``initial_pr
 as CTranslate2 does), ``suppress_blank``, ``suppress_tokens``, ``max_initial_timestamp``, the
 no-speech skip, and the VAD filter (``vad_filter=True``: Silero VAD's speech chunks,
 :mod:`dasllama.vad`, are transcribed as one concatenated clip, the language detected on it,
-and the segment times mapped back, as faster-whisper does). Word timestamps and a prefix with
-beams are not in it yet: asking for them raises :class:`ASRError` saying so.
+and the segment times mapped back, as faster-whisper does), and word timestamps
+(``word_timestamps=True``: each segment's ``words``, :class:`Word` items from the
+cross-attention alignment, with faster-whisper's punctuation merging, duration clamps and seeking
+to the last word's end; ``hallucination_silence_threshold`` skips silence before segments that
+look hallucinated; :mod:`dasllama.asr_words`). A prefix with beams is not in it yet: asking for
+it raises :class:`ASRError` saying so.
 
 Multilingual models (whisper-base) start every window with <|startoftranscript|>, the
 language's token and the task's (<|transcribe|> or <|translate|>: speech in any language to
@@ -70,10 +74,11 @@ from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _core, audio as _audio, models
+from . import _core, asr_words as _words, audio as _audio, models
+from .asr_words import Word
 from .errors import DasllamaError
 
-__all__ = ["ASR", "ASRError", "Segment", "TranscriptionInfo", "TranscriptionOptions",
+__all__ = ["ASR", "ASRError", "Segment", "Word", "TranscriptionInfo", "TranscriptionOptions",
            "compression_ratio", "decode_with_fallback", "DEFAULT_TEMPERATURES"]
 
 SAMPLE_RATE = 16000
@@ -105,7 +110,7 @@ class Segment:
     avg_logprob: float
     compression_ratio: float
     no_speech_prob: float
-    words: Optional[list] = None
+    words: Optional[List[Word]] = None   # with word_timestamps=True
     temperature: Optional[float] = 0.0
 
 
@@ -133,6 +138,10 @@ class TranscriptionOptions:
     without_timestamps: bool = False
     max_initial_timestamp: float = 1.0
     multilingual: bool = False
+    word_timestamps: bool = False
+    prepend_punctuations: str = _words.DEFAULT_PREPEND_PUNCTUATIONS
+    append_punctuations: str = _words.DEFAULT_APPEND_PUNCTUATIONS
+    hallucination_silence_threshold: Optional[float] = None
 
 
 @dataclass
@@ -247,7 +256,7 @@ class ASR:
         self._lock = threading.Lock()
         self._stats = dict(audio_seconds=0.0, wall_seconds=0.0, windows=0, tokens=0,
                            mel_seconds=0.0, encode_seconds=0.0, decode_seconds=0.0,
-                           language_seconds=0.0)
+                           language_seconds=0.0, align_seconds=0.0)
         self.multilingual = bool(self.config["multilingual"])
         self.languages = self._language_tokens() if self.multilingual else {}
 
@@ -265,7 +274,8 @@ class ASR:
     def stats(self) -> dict:
         """Totals over this ASR's transcriptions: audio_seconds (audio decoded), wall_seconds,
         windows, tokens, and the clocks of the stages (mel_seconds, encode_seconds,
-        decode_seconds; language_seconds: language detection before a transcription, its
+        decode_seconds, align_seconds: word timestamps; language_seconds: language
+        detection before a transcription, its
         windows' encoding included). ``dict(asr.stats)`` is a snapshot."""
         return dict(self._stats)
 
@@ -431,6 +441,9 @@ class ASR:
                    sample_rate: Optional[int] = None, multilingual: bool = False,
                    language_detection_threshold: float = 0.5,
                    language_detection_segments: int = 1, seed: int = 0,
+                   prepend_punctuations: str = _words.DEFAULT_PREPEND_PUNCTUATIONS,
+                   append_punctuations: str = _words.DEFAULT_APPEND_PUNCTUATIONS,
+                   hallucination_silence_threshold: Optional[float] = None,
                    ) -> Tuple[Iterator[Segment], TranscriptionInfo]:
         """Transcribe ``audio`` (a path, bytes, a binary file object, or float32 samples at
         ``sample_rate``, default 16 kHz). Returns (segments, info): a lazy iterator of
@@ -439,7 +452,11 @@ class ASR:
         language: a code of :attr:`supported_languages`, or None to detect it (multilingual
         models; the detection runs before this returns). task: "transcribe" or "translate"
         (English text; multilingual models). ``seed`` (not one of faster-whisper's) seeds the
-        sampling of the temperature fallback."""
+        sampling of the temperature fallback. word_timestamps: fill each segment's ``words``
+        (:mod:`dasllama.asr_words`; the model needs alignment heads); prepend_punctuations and
+        append_punctuations: the marks joined to the next and the previous word;
+        hallucination_silence_threshold (seconds, with word timestamps): skip a silence longer
+        than this before a segment that looks hallucinated."""
         if self.model is None:
             raise ASRError("this ASR is closed")
         temps = _temperatures(temperature)
@@ -452,8 +469,21 @@ class ASR:
             raise ASRError(f"seed {seed!r} is not a non-negative integer")
         if beam_size > 1 and prefix:
             unsupported.append(f"prefix with beam_size={beam_size} (use beam_size=1)")
-        if word_timestamps:
-            unsupported.append("word_timestamps=True")
+        for name, value in (("prepend_punctuations", prepend_punctuations),
+                            ("append_punctuations", append_punctuations)):
+            if not isinstance(value, str):
+                raise ASRError(f"{name} {value!r} is not a string")
+        if hallucination_silence_threshold is not None and not (
+                isinstance(hallucination_silence_threshold, (int, float))
+                and not isinstance(hallucination_silence_threshold, bool)
+                and np.isfinite(hallucination_silence_threshold)
+                and hallucination_silence_threshold >= 0):
+            raise ASRError(f"hallucination_silence_threshold {hallucination_silence_threshold!r}"
+                           " is not None or a finite number of seconds >= 0")
+        if word_timestamps and not self.config["alignment_heads"]:
+            raise ASRError(f"word_timestamps=True: {self.path.name} has no alignment heads "
+                           "(whisper.alignment_heads is empty); convert it from a model whose "
+                           "config.json lists alignment_heads")
         if unsupported:
             raise ASRError("not supported by this version: " + "; ".join(unsupported))
         self._check_task(language, task)
@@ -480,7 +510,11 @@ class ASR:
             suppress_tokens=tuple(self.suppressed_tokens(suppress_tokens or ())),
             without_timestamps=without_timestamps,
             max_initial_timestamp=max_initial_timestamp,
-            multilingual=bool(multilingual) and self.multilingual)
+            multilingual=bool(multilingual) and self.multilingual,
+            word_timestamps=bool(word_timestamps), prepend_punctuations=prepend_punctuations,
+            append_punctuations=append_punctuations,
+            hallucination_silence_threshold=(None if hallucination_silence_threshold is None
+                                             else float(hallucination_silence_threshold)))
         probability, all_probs, mel, first = 1.0, None, None, None
         if language is None and self.multilingual:
             # faster-whisper detects on the whole clip's mel (its last frame included), so the
@@ -497,7 +531,7 @@ class ASR:
                                  duration=duration, duration_after_vad=samples.size / SAMPLE_RATE,
                                  all_language_probs=all_probs, transcription_options=options,
                                  vad_options=vad_opts)
-        task_state = _Task(self._sot_sequence(language, task), mel, first)
+        task_state = _Task(self._sot_sequence(language, task), mel, first, language)
         segments = self._segments(samples, options, task_state)
         if speech_map is not None:
             segments = self._restore_times(segments, speech_map)
@@ -505,10 +539,19 @@ class ASR:
 
     @staticmethod
     def _restore_times(segments: Iterator[Segment], speech_map) -> Iterator[Segment]:
-        """Segment times in the concatenated speech -> times in the original audio."""
+        """Segment times in the concatenated speech -> times in the original audio. Words
+        keep both ends in the chunk of their middle, and a segment with words spans them
+        (faster-whisper's rules)."""
         for s in segments:
-            s.start = speech_map.original_time(s.start)
-            s.end = speech_map.original_time(s.end, is_end=True)
+            if s.words:
+                for w in s.words:
+                    chunk = speech_map.chunk_index((w.start + w.end) / 2)
+                    w.start = speech_map.original_time(w.start, chunk)
+                    w.end = speech_map.original_time(w.end, chunk)
+                s.start, s.end = s.words[0].start, s.words[-1].end
+            else:
+                s.start = speech_map.original_time(s.start)
+                s.end = speech_map.original_time(s.end, is_end=True)
             yield s
 
     def _prompt(self, previous: List[int], o: TranscriptionOptions,
@@ -612,12 +655,15 @@ class ASR:
                            if isinstance(o.initial_prompt, str) else list(o.initial_prompt))
         prompt_reset_since = 0
         seek, idx = 0, 0
+        last_speech = 0.0   # the last word's end so far (word timestamps)
+        language = task.language
         while seek < content_frames:
-            time_offset = seek * hop / SAMPLE_RATE
+            time_offset = seek * (hop / SAMPLE_RATE)   # faster-whisper's arithmetic
             segment_size = min(n_window, content_frames - seek)
             window = np.zeros((cfg["n_mels"], n_window), dtype=np.float32)
             window[:, :segment_size] = mel[:, seek:seek + segment_size]
             prefix = self._prefix(o, seek == 0)
+            previous_seek = seek
             with self._lock:
                 clock = time.perf_counter()
                 if seek == 0 and task.first is not None and np.array_equal(task.first[0], window):
@@ -626,32 +672,58 @@ class ASR:
                     self.model.encode(window)
                 self._stats["encode_seconds"] += time.perf_counter() - clock
                 if o.multilingual:   # this window's own language
-                    sot_sequence[1] = self.languages[self._language_probs_of_window()[0][0]]
+                    language = self._language_probs_of_window()[0][0]
+                    sot_sequence[1] = self.languages[language]
                 prompt = self._prompt(all_tokens[prompt_reset_since:], o, sot_sequence)
                 clock = time.perf_counter()
                 tokens, avg_logprob, no_speech, temperature, ratio = self._decode_with_fallback(
                     prompt, prefix, max_initial, o, window_seed=seek)
                 self._stats["decode_seconds"] += time.perf_counter() - clock
+                skip = (o.no_speech_threshold is not None and no_speech > o.no_speech_threshold
+                        and not (o.log_prob_threshold is not None
+                                 and avg_logprob > o.log_prob_threshold))
+                if not skip:
+                    parts, seek = self._split(tokens, time_offset, segment_size, seek)
+                    current = [dict(seek=previous_seek, start=a, end=b, tokens=part)
+                               for a, b, part in parts]
+                    if o.word_timestamps:   # aligned on this window, under the same lock
+                        clock = time.perf_counter()
+                        _words.add_word_timestamps(
+                            self.model, current, sot_sequence, segment_size,
+                            self.decode_tokens, self.tokens["eot"], language,
+                            o.prepend_punctuations, o.append_punctuations, last_speech)
+                        self._stats["align_seconds"] += time.perf_counter() - clock
             self._stats["windows"] += 1
-            if o.no_speech_threshold is not None and no_speech > o.no_speech_threshold and not (
-                    o.log_prob_threshold is not None and avg_logprob > o.log_prob_threshold):
+            if skip:
                 seek += segment_size
                 continue
-            previous_seek = seek
-            parts, seek = self._split(tokens, time_offset, segment_size, seek)
-            for start, end, part in parts:
+            if o.word_timestamps:
+                seek, current, jump = _words.seek_by_words(
+                    tokens, self.tokens["timestamp_begin"], current, seek, previous_seek,
+                    time_offset, segment_size, content_frames, hop / SAMPLE_RATE, n_window,
+                    last_speech, o.hallucination_silence_threshold)
+                if jump:
+                    continue
+                end = _words.words_end(current)
+                if end is not None:
+                    last_speech = end
+            for seg in current:
+                part = seg["tokens"]
                 text = self.decode_tokens(part)
-                if start == end or not text.strip():
+                if seg["start"] == seg["end"] or not text.strip():
                     continue
                 all_tokens += part
                 idx += 1
-                yield Segment(id=idx, seek=previous_seek, start=start, end=end, text=text,
-                              tokens=part, avg_logprob=avg_logprob, compression_ratio=ratio,
-                              no_speech_prob=no_speech, temperature=temperature)
+                yield Segment(id=idx, seek=previous_seek, start=seg["start"], end=seg["end"],
+                              text=text, tokens=part, avg_logprob=avg_logprob,
+                              compression_ratio=ratio, no_speech_prob=no_speech,
+                              temperature=temperature,
+                              words=([Word(start=float(w["start"]), end=float(w["end"]),
+                                           word=w["word"], probability=float(w["probability"]))
+                                      for w in seg["words"]] if o.word_timestamps else None))
             if (not o.condition_on_previous_text or
                     temperature > o.prompt_reset_on_temperature):
                 prompt_reset_since = len(all_tokens)
-
 
 @dataclass
 class _Task:
@@ -661,3 +733,4 @@ class _Task:
     sot_sequence: List[int]
     mel: Optional[np.ndarray] = None
     first: Optional[Tuple[np.ndarray, np.ndarray]] = None
+    language: str = "en"   # how word timestamps split words

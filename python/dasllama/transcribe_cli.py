@@ -7,11 +7,16 @@
     dasllama transcribe talk.ogg -f json --compute-type int8
     dasllama transcribe rede.flac -m whisper-base --language de --translate   # English text
     dasllama transcribe meeting.wav --vad               # transcribe only the speech (Silero VAD)
+    dasllama transcribe talk.flac -f json --word-timestamps   # each segment's words and times
 
 Formats: txt (the segments' text, one a line), srt and vtt (subtitles with the segments'
 times), json (faster-whisper's segment fields and the info). With ``-o DIR`` each input gets
 ``DIR/NAME.FORMAT``; without it everything goes to stdout. A line per segment goes to stderr
 as it is decoded when stderr is a terminal (``--progress`` forces it).
+
+``--word-timestamps`` aligns every word (faster-whisper's word timestamps): json gets each
+segment's ``words`` (word, start, end, probability), and every format the segment times the
+words refine.
 
 ``--language xx`` names the spoken language on a multilingual model (whisper-base); without
 it the language is detected and, with progress on, reported on stderr. ``--translate``
@@ -91,7 +96,8 @@ def _cmd_transcribe(args) -> int:
                                         initial_prompt=args.initial_prompt,
                                         language=args.language,
                                         task="translate" if args.translate else "transcribe",
-                                        vad_filter=args.vad)
+                                        vad_filter=args.vad,
+                                        word_timestamps=args.word_timestamps)
         if show and info.all_language_probs is not None:
             print(f"{path}: detected language {info.language} "
                   f"(probability {info.language_probability:.2f})", file=sys.stderr)
@@ -129,6 +135,8 @@ def add_transcribe_parser(sub) -> argparse.ArgumentParser:
                    help="English text from speech in any language (multilingual models)")
     p.add_argument("--vad", action="store_true",
                    help="skip non-speech first (Silero VAD, faster-whisper's default options)")
+    p.add_argument("--word-timestamps", action="store_true",
+                   help="align each word (json: the segments' words with their times)")
     p.add_argument("--progress", action="store_true", default=None,
                    help="print each segment to stderr as it is decoded (default: on a terminal)")
     p.set_defaults(run=_cmd_transcribe)

@@ -178,6 +178,10 @@ const float* Decoder::run(const int32_t* tokens, int64_t n, ThreadPool& pool, in
         // cross-attention to the window
         nn::layer_norm(x, l.cross_ln.w.data(), l.cross_ln.b.data(), n, d, kLayerNormEps, h_.data());
         nn::linear(l.cross_q, h_.data(), n, q_.data(), pool, w_.precision);
+        if (keep_queries_) {
+            kept_q_.resize(size_t(c.n_text_layer));
+            kept_q_[size_t(i)].assign(q_.data(), q_.data() + n * d);
+        }
         nn::attend_all(cross_[size_t(i)], q_.data(), d, n, shape.scale, attn_.data(), d, pool,
                        cross_scratch_);
         nn::linear(l.cross_out, attn_.data(), n, proj_.data(), pool, w_.precision);

@@ -52,6 +52,16 @@ public:
     // logits [n, n_vocab] of hidden rows h [n, d].
     void logits(const float* h, int64_t n, float* out, ThreadPool& pool) const;
 
+    // While on, forward() keeps each layer's cross-attention queries [n, d] (the word
+    // alignment reads them with cross_kv; decoding leaves it off and copies nothing).
+    void keep_cross_queries(bool on) { keep_queries_ = on; }
+    // Layer `layer`'s cross-attention queries of the last forward() while kept.
+    const float* cross_queries(int64_t layer) const {
+        return kept_q_.at(size_t(layer)).data();
+    }
+    // Layer `layer`'s cross-attention keys and values of the window (set_audio).
+    const nn::HeadKV& cross_kv(int64_t layer) const { return cross_.at(size_t(layer)); }
+
 private:
     WhisperWeights& w_;
     std::unique_ptr<KVCache> make_cache() const;
@@ -60,6 +70,8 @@ private:
     std::vector<std::unique_ptr<KVCache>> caches_, spare_;
     std::vector<nn::HeadKV> cross_;
     bool has_audio_ = false;
+    bool keep_queries_ = false;
+    std::vector<std::vector<float>> kept_q_;
     cpu::AttentionScratch scratch_;
     nn::AttendScratch cross_scratch_;
     std::vector<float> x_, h_, qkv_, q_, k_, v_, attn_, proj_, ff_, kv_rows_, copy_k_, copy_v_;

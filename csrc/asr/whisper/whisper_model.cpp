@@ -35,4 +35,10 @@ DecodeResult WhisperModel::sample(const std::vector<int32_t>& prompt, const Deco
     return sample_decode(decoder_, w_->cfg, prompt, o, s, pool_);
 }
 
+AlignmentResult WhisperModel::align(const std::vector<int32_t>& sot_sequence,
+                                    const std::vector<int32_t>& text_tokens, int64_t num_frames,
+                                    const AlignOptions& o) {
+    return whisper::align(decoder_, *w_, sot_sequence, text_tokens, num_frames, o, pool_);
+}
+
 }  // namespace dasllama::whisper

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "asr/whisper/alignment.h"
 #include "asr/whisper/beam.h"
 #include "asr/whisper/decoder.h"
 #include "asr/whisper/encoder.h"
@@ -43,6 +44,10 @@ public:
     // Sampling at s.temperature > 0 on the current window (sampling.h).
     DecodeResult sample(const std::vector<int32_t>& prompt, const DecodeOptions& o,
                         const SampleOptions& s);
+    // Word alignment of text_tokens on the current window (alignment.h).
+    AlignmentResult align(const std::vector<int32_t>& sot_sequence,
+                          const std::vector<int32_t>& text_tokens, int64_t num_frames,
+                          const AlignOptions& o = AlignOptions{});
 
 private:
     std::shared_ptr<WhisperWeights> w_;

@@ -1,9 +1,15 @@
 #include "tts/kokoro/albert.h"
+#include "tts/kokoro/no_contract.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
+#include "core/formats.h"
 #include "core/thread_pool.h"
+#include "cpu/matmul.h"
 #include "tts/kokoro/onnx_math.h"
+#include "tts/kokoro/parallel.h"
 
 namespace dasllama::kokoro {
 
@@ -12,6 +18,43 @@ namespace {
 const char* const kLayer = "bert.encoder.albert_layer_groups.0.albert_layers.0";
 
 std::string part_of_layer(const char* part) { return std::string(kLayer) + "." + part; }
+
+// The pool for callers that pass none (the core's matmul takes one by reference).
+ThreadPool& serial_pool() {
+    static ThreadPool one(1);
+    return one;
+}
+
+// The query, key and value linears side by side: [K, 3N] weights, per-column zero points and
+// scales (a per-tensor value repeated), the three biases.
+QLinear fused_qkv(const KokoroWeights& w, int64_t hidden) {
+    const char* parts[3] = {"attention.query", "attention.key", "attention.value"};
+    const int64_t n3 = 3 * hidden;
+    std::vector<int8_t> wc(size_t(hidden * n3));
+    std::vector<float> zp(static_cast<size_t>(n3)), sc(static_cast<size_t>(n3)),
+        bias(static_cast<size_t>(n3));
+    for (int p = 0; p < 3; ++p) {
+        const std::string m = part_of_layer(parts[p]);
+        const TensorView wt = w.i8(m + ".weight", {hidden, hidden});
+        const TensorView z = w.f32(m + ".weight_zp", {-1});
+        const TensorView s = w.f32(m + ".weight_scale", {z.dim(0)});
+        if (z.dim(0) != 1 && z.dim(0) != hidden)
+            throw ShapeError(w.path() + ": " + m + " has " + std::to_string(z.dim(0)) +
+                             " zero points for " + std::to_string(hidden) + " outputs");
+        const float* b = w.f32(m + ".bias", {hidden}).f32();
+        for (int64_t r = 0; r < hidden; ++r)
+            std::copy(wt.i8() + r * hidden, wt.i8() + (r + 1) * hidden,
+                      &wc[size_t(r * n3 + p * hidden)]);
+        for (int64_t c = 0; c < hidden; ++c) {
+            const int64_t j = z.dim(0) == 1 ? 0 : c;
+            zp[size_t(p * hidden + c)] = z.f32()[j];
+            sc[size_t(p * hidden + c)] = s.f32()[j];
+            bias[size_t(p * hidden + c)] = b[c];
+        }
+    }
+    return QLinear(wc.data(), hidden, n3, zp.data(), sc.data(), n3, bias.data(),
+                   w.path() + ": " + part_of_layer("attention.{query,key,value}"));
+}
 
 }  // namespace
 
@@ -33,9 +76,7 @@ Albert Albert::load(const KokoroWeights& w) {
     if (a.mapping_.in() != e || h % a.heads_)
         throw ShapeError(w.path() + ": ALBERT's hidden width " + std::to_string(h) +
                          " does not fit its embeddings or " + std::to_string(a.heads_) + " heads");
-    a.q_ = QLinear::load(w, part_of_layer("attention.query"));
-    a.k_ = QLinear::load(w, part_of_layer("attention.key"));
-    a.v_ = QLinear::load(w, part_of_layer("attention.value"));
+    a.qkv_ = fused_qkv(w, h);
     a.dense_ = QLinear::load(w, part_of_layer("attention.dense"));
     a.ffn_ = QLinear::load(w, part_of_layer("ffn"), /*with_bias=*/false);   // the bias is FastGelu's
     a.ffn_bias_ = w.f32(part_of_layer("ffn.bias"), {a.ffn_.out()}).f32();
@@ -47,7 +88,7 @@ Albert Albert::load(const KokoroWeights& w) {
     a.full_ln_b_ = w.f32(part_of_layer("full_layer_layer_norm.bias"), {h}).f32();
     a.full_eps_ = w.eps(part_of_layer("full_layer_layer_norm"));
     a.project_ = QLinear::load(w, "bert_encoder");
-    for (const QLinear* l : {&a.q_, &a.k_, &a.v_, &a.dense_, &a.project_})
+    for (const QLinear* l : {&a.qkv_, &a.dense_, &a.project_})
         if (l->in() != h) throw ShapeError(l->name() + ": input width is not " + std::to_string(h));
     if (a.ffn_.in() != h || a.ffn_out_.in() != a.ffn_.out() || a.ffn_out_.out() != h)
         throw ShapeError(w.path() + ": ALBERT's feed-forward widths do not chain");
@@ -76,52 +117,62 @@ std::vector<float> Albert::embed(const int64_t* ids, int64_t t, ThreadPool* pool
 std::vector<float> Albert::layer(const float* h, int64_t t, ThreadPool* pool) const {
     const int64_t n = hidden(), heads = heads_, dim = n / heads;
     const float qk_scale = std::sqrt(1.0f / std::sqrt(static_cast<float>(dim)));
-    std::vector<float> q(size_t(t * n)), k(size_t(t * n)), v(size_t(t * n));
-    q_.forward(h, t, q.data(), pool);
-    k_.forward(h, t, k.data(), pool);
-    v_.forward(h, t, v.data(), pool);
-    for (size_t i = 0; i < q.size(); ++i) {
-        q[i] = q[i] * qk_scale;
-        k[i] = k[i] * qk_scale;
-    }
-    std::vector<float> ctx(size_t(t * n));
-    auto head_work = [&](int share, int shares) {
-        std::vector<float> p(size_t(t * t));
-        for (int64_t hd = heads * share / shares; hd < heads * (share + 1) / shares; ++hd) {
-            const int64_t off = hd * dim;
-            for (int64_t i = 0; i < t; ++i)
-                for (int64_t j = 0; j < t; ++j) {
-                    double s = 0.0;
-                    for (int64_t c = 0; c < dim; ++c)
-                        s += double(q[size_t(i * n + off + c)]) * double(k[size_t(j * n + off + c)]);
-                    p[size_t(i * t + j)] = static_cast<float>(s);
-                }
-            softmax_rows(p.data(), t, t);
-            for (int64_t i = 0; i < t; ++i)
-                for (int64_t c = 0; c < dim; ++c) {
-                    double s = 0.0;
-                    for (int64_t j = 0; j < t; ++j)
-                        s += double(p[size_t(i * t + j)]) * double(v[size_t(j * n + off + c)]);
-                    ctx[size_t(i * n + off + c)] = static_cast<float>(s);
-                }
+    std::vector<float> qkv(size_t(t * 3 * n)), q(size_t(t * n)), k(size_t(t * n)), v(size_t(t * n));
+    qkv_.forward(h, t, qkv.data(), pool);
+    for (int64_t i = 0; i < t; ++i)
+        for (int64_t c = 0; c < n; ++c) {
+            const float* row = &qkv[size_t(i * 3 * n)];
+            q[size_t(i * n + c)] = row[c] * qk_scale;
+            k[size_t(i * n + c)] = row[n + c] * qk_scale;
+            v[size_t(i * n + c)] = row[2 * n + c];
         }
-    };
-    if (pool && pool->size() > 1)
-        pool->run(head_work);
-    else
-        head_work(0, 1);
+    // Attention per head in float32 through the core's float matmul (SIMD, on the pool):
+    // scores = q_h k_h^T with k_h's rows as the weight rows, ctx_h = p v_h with v_h^T's rows.
+    std::vector<float> ctx(size_t(t * n));
+    std::vector<float> qh(size_t(t * dim)), kh(size_t(t * dim)), vt(size_t(dim * t));
+    std::vector<float> p(size_t(t * t)), ch(size_t(t * dim));
+    const TypeTraits& f32 = *type_traits(static_cast<uint32_t>(GgmlType::F32));
+    ThreadPool& tp = pool ? *pool : serial_pool();
+    for (int64_t hd = 0; hd < heads; ++hd) {
+        const int64_t off = hd * dim;
+        for (int64_t j = 0; j < t; ++j)
+            for (int64_t c = 0; c < dim; ++c) {
+                qh[size_t(j * dim + c)] = q[size_t(j * n + off + c)];
+                kh[size_t(j * dim + c)] = k[size_t(j * n + off + c)];
+                vt[size_t(c * t + j)] = v[size_t(j * n + off + c)];
+            }
+        const cpu::WeightMatrix wk = cpu::prepare_weight(
+            f32, t, dim, reinterpret_cast<const uint8_t*>(kh.data()), nullptr);
+        cpu::matmul(wk, qh.data(), t, p.data(), tp, cpu::Precision::kF32);
+        parallel_rows(pool, t, t, [&](int64_t r0, int64_t r1) {
+            softmax_rows(&p[size_t(r0 * t)], r1 - r0, t);
+        });
+        const cpu::WeightMatrix wv = cpu::prepare_weight(
+            f32, dim, t, reinterpret_cast<const uint8_t*>(vt.data()), nullptr);
+        cpu::matmul(wv, p.data(), t, ch.data(), tp, cpu::Precision::kF32);
+        for (int64_t i = 0; i < t; ++i)
+            std::copy(&ch[size_t(i * dim)], &ch[size_t((i + 1) * dim)], &ctx[size_t(i * n + off)]);
+    }
     std::vector<float> a(size_t(t * n));
     dense_.forward(ctx.data(), t, a.data(), pool);
-    for (size_t i = 0; i < a.size(); ++i) a[i] = h[i] + a[i];
-    layer_norm_lanes(a.data(), attn_ln_w_, attn_ln_b_, t, n, attn_eps_, a.data());
+    parallel_rows(pool, t, n, [&](int64_t r0, int64_t r1) {
+        for (int64_t i = r0 * n; i < r1 * n; ++i) a[size_t(i)] = h[i] + a[size_t(i)];
+        layer_norm_lanes(&a[size_t(r0 * n)], attn_ln_w_, attn_ln_b_, r1 - r0, n, attn_eps_,
+                         &a[size_t(r0 * n)]);
+    });
     const int64_t f = ffn_.out();
     std::vector<float> g(size_t(t * f));
     ffn_.forward(a.data(), t, g.data(), pool);
-    fast_gelu(g.data(), ffn_bias_, t, f, g.data());
+    parallel_rows(pool, t, f, [&](int64_t r0, int64_t r1) {
+        fast_gelu(&g[size_t(r0 * f)], ffn_bias_, r1 - r0, f, &g[size_t(r0 * f)]);
+    });
     std::vector<float> o(size_t(t * n));
     ffn_out_.forward(g.data(), t, o.data(), pool);
-    for (size_t i = 0; i < o.size(); ++i) o[i] = o[i] + a[i];
-    layer_norm_lanes(o.data(), full_ln_w_, full_ln_b_, t, n, full_eps_, o.data());
+    parallel_rows(pool, t, n, [&](int64_t r0, int64_t r1) {
+        for (int64_t i = r0 * n; i < r1 * n; ++i) o[size_t(i)] = o[size_t(i)] + a[size_t(i)];
+        layer_norm_lanes(&o[size_t(r0 * n)], full_ln_w_, full_ln_b_, r1 - r0, n, full_eps_,
+                         &o[size_t(r0 * n)]);
+    });
     return o;
 }
 

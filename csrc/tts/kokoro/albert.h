@@ -3,7 +3,8 @@
 // shared transformer layer applied kokoro.bert.layers times, and bert_encoder down to 512:
 //     ids [T] -> d_en [T, 512]
 // The layer: q, k, v linears; q and k each scaled by sqrt(1 / sqrt(head_dim)) as the graph
-// does; softmax(q k^T) v per head (float32, dot products accumulated in double); dense;
+// does; softmax(q k^T) v per head (float32 products through cpu/matmul, whose summation
+// order is not the reference's BLAS: last bits differ); dense;
 // LayerNorm(h + a); FastGelu(ffn(a) + bias); ffn_output; LayerNorm(f + a). Every linear is a
 // MatMulInteger (int8_ops.h).
 #pragma once
@@ -45,7 +46,9 @@ private:
     QEmbedding word_, type_, pos_;
     const float *emb_ln_w_ = nullptr, *emb_ln_b_ = nullptr;
     float emb_eps_ = 1e-12f;
-    QLinear mapping_, q_, k_, v_, dense_, ffn_, ffn_out_, project_;
+    // q, k and v as one linear of 3 x hidden outputs: the graph quantizes the same h for each,
+    // so one quantization serves all three with the same bits.
+    QLinear mapping_, qkv_, dense_, ffn_, ffn_out_, project_;
     const float *ffn_bias_ = nullptr;
     const float *attn_ln_w_ = nullptr, *attn_ln_b_ = nullptr, *full_ln_w_ = nullptr,
                 *full_ln_b_ = nullptr;

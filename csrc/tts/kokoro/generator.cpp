@@ -116,6 +116,54 @@ void Generator::source_spectrum(const float* f0, int64_t curve, std::vector<floa
     stft_.forward(src.data(), int64_t(src.size()), har.data(), pool);
 }
 
+// The resblocks of a stage read the same x and are independent. Their AdaIN norms and the
+// int8 convolutions' activation quantization run on one thread, so with as many blocks as
+// threads or more, each block runs whole on one thread (a one-thread pool of its own, the
+// blocks dealt largest first to the least loaded thread: kernels 11 | 3 + 7 on two threads);
+// otherwise they run one after another over the whole pool. Either way every block's result
+// is the same bits (integer sums exact, reductions split by rows), and the mean adds them in
+// block order.
+void Generator::average_resblocks(Stage& s, int64_t l, const float* style, ThreadPool& pool) {
+    const size_t nb = s.resblocks.size();
+    const int64_t n = s.resblocks.front().channels() * l;
+    block_out_.resize(nb);
+    block_scratch_.resize(nb);
+    const int shares = pool.size();
+    if (shares < 2 || size_t(shares) > nb) {
+        for (size_t j = 0; j < nb; ++j)
+            s.resblocks[j].forward(x_.data(), l, style, block_out_[j], block_scratch_[j], pool);
+    } else {
+        std::vector<size_t> order(nb);
+        for (size_t j = 0; j < nb; ++j) order[j] = j;
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+            return s.resblocks[a].cost() > s.resblocks[b].cost();
+        });
+        std::vector<int> owner(nb);
+        std::vector<int64_t> load(size_t(shares), 0);
+        for (size_t j : order) {
+            const int t = int(std::min_element(load.begin(), load.end()) - load.begin());
+            owner[j] = t;
+            load[size_t(t)] += s.resblocks[j].cost();
+        }
+        while (solo_.size() < size_t(shares)) solo_.push_back(std::make_unique<ThreadPool>(1));
+        pool.run([&](int share, int) {
+            for (size_t j = 0; j < nb; ++j)
+                if (owner[j] == share)
+                    s.resblocks[j].forward(x_.data(), l, style, block_out_[j], block_scratch_[j],
+                                           *solo_[size_t(share)]);
+        });
+    }
+    const float count = float(nb);
+    float* o = x_.data();
+    parallel_range(pool, n, [&](int64_t i0, int64_t i1) {
+        for (int64_t k = i0; k < i1; ++k) {
+            float acc = block_out_[0][size_t(k)];
+            for (size_t j = 1; j < nb; ++j) acc = acc + block_out_[j][size_t(k)];
+            o[k] = acc / count;
+        }
+    });
+}
+
 void Generator::istft(const float* mag, const float* phase, int64_t frames,
                       std::vector<float>& audio, ThreadPool& pool) {
     if (frames < 2)
@@ -165,23 +213,7 @@ void Generator::forward(const float* x, int64_t curve, const float* style, const
                 }
             }
         });
-        const int64_t n = c * l;
-        for (size_t j = 0; j < s.resblocks.size(); ++j) {
-            s.resblocks[j].forward(x_.data(), l, style, j == 0 ? acc_ : r_, scratch_, pool);
-            if (j > 0) {
-                float* a = acc_.data();
-                const float* r = r_.data();
-                parallel_range(pool, n, [&](int64_t i0, int64_t i1) {
-                    for (int64_t k = i0; k < i1; ++k) a[k] = a[k] + r[k];
-                });
-            }
-        }
-        const float count = float(s.resblocks.size());
-        float* a = acc_.data();
-        float* o = x_.data();
-        parallel_range(pool, n, [&](int64_t i0, int64_t i1) {
-            for (int64_t k = i0; k < i1; ++k) o[k] = a[k] / count;
-        });
+        average_resblocks(s, l, style, pool);
     }
     // conv_post over time-major rows, then the magnitude (exp) and phase (sin) rows.
     const int64_t c = stages_.back().up.c_out(), nb = bins();

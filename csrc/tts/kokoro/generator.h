@@ -14,8 +14,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "nn/conv1d.h"
 #include "nn/conv_transpose1d.h"
 #include "nn/stft.h"
@@ -64,6 +66,10 @@ public:
                  const SourceNoise& noise = {});
 
 private:
+    struct Stage;
+    // x_ [C, l] -> x_ = the mean of the stage's resblocks of x_.
+    void average_resblocks(Stage& s, int64_t l, const float* style, ThreadPool& pool);
+
     struct Stage {
         nn::ConvTranspose1d up;
         QConv noise_conv;
@@ -77,7 +83,10 @@ private:
     nn::Conv1d post_;
     int64_t in_channels_ = 0;
     SnakeResBlock::Scratch scratch_;
-    std::vector<float> har_, x_, y_, src_, acc_, r_, t_, post_out_, mag_, phase_;
+    std::vector<SnakeResBlock::Scratch> block_scratch_;
+    std::vector<std::vector<float>> block_out_;
+    std::vector<std::unique_ptr<ThreadPool>> solo_;   // one-thread pools, one per share
+    std::vector<float> har_, x_, y_, src_, t_, post_out_, mag_, phase_;
 };
 
 }  // namespace dasllama::kokoro

@@ -1,10 +1,12 @@
 #include "tts/kokoro/int8_ops.h"
+#include "tts/kokoro/no_contract.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "tts/kokoro/parallel.h"
 
 namespace dasllama::kokoro {
 
@@ -32,7 +34,7 @@ int32_t integer_zero_point(float zp, const std::string& name) {
 }
 
 PackedInt8 pack(const int8_t* w, int64_t rows, int64_t k, bool k_major, const float* zp,
-                const float* scale, int64_t n_params, const std::string& name) {
+                const float* scale, int64_t n_params, int64_t groups, const std::string& name) {
     if (n_params != 1 && n_params != rows)
         throw ShapeError(name + ": " + std::to_string(n_params) +
                          " zero points / scales for " + std::to_string(rows) + " outputs");
@@ -40,13 +42,16 @@ PackedInt8 pack(const int8_t* w, int64_t rows, int64_t k, bool k_major, const fl
     p.rows = rows;
     p.k = k;
     p.kp = int8_padded(k);
-    p.w.assign(size_t(rows * p.kp), 0);
+    p.groups = groups;
+    p.group_rows = rows / groups;
+    p.kernels = &int8_kernels();
     p.sums.assign(size_t(rows), 0);
     p.zp.resize(size_t(rows));
     p.scale.resize(size_t(rows));
+    std::vector<int8_t> plain(size_t(rows * p.kp), 0);
     for (int64_t r = 0; r < rows; ++r) {
         int32_t s = 0;
-        int8_t* dst = &p.w[size_t(r * p.kp)];
+        int8_t* dst = &plain[size_t(r * p.kp)];
         for (int64_t i = 0; i < k; ++i) {
             const int8_t v = k_major ? w[i * rows + r] : w[r * k + i];
             dst[i] = v;
@@ -57,29 +62,34 @@ PackedInt8 pack(const int8_t* w, int64_t rows, int64_t k, bool k_major, const fl
         p.zp[size_t(r)] = integer_zero_point(zp[j], name);
         p.scale[size_t(r)] = scale[j];
     }
+    p.w.assign(size_t(groups * p.group_stride() * p.kp), 0);
+    for (int64_t g = 0; g < groups; ++g)
+        p.kernels->pack(&plain[size_t(g * p.group_rows * p.kp)], p.group_rows, p.kp,
+                        &p.w[size_t(g * p.group_stride() * p.kp)]);
     return p;
 }
 
-void run_gemm(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t m, int64_t n,
-              int64_t kp, int32_t* c, int64_t ldc, ThreadPool* pool) {
-    const Int8Kernels& kern = int8_kernels();
+// c [m, n] = a [m, kp] times the packed rows b, split over the pool by rows of a or by column
+// blocks.
+void run_gemm(const Int8Kernels& kern, const uint8_t* a, int64_t lda, const int8_t* b,
+              int64_t m, int64_t n, int64_t kp, int32_t* c, int64_t ldc, ThreadPool* pool) {
     const int threads = pool ? pool->size() : 1;
     if (threads <= 1 || m * n * kp < kParallelMacs) {
-        kern.gemm(a, lda, b, ldb, m, n, kp, c, ldc);
+        kern.gemm(a, lda, b, m, n, kp, c, ldc);
         return;
     }
     const bool split_rows = m >= 4 * threads;
     pool->run([&](int t, int nt) {
         const int64_t total = split_rows ? m : n;
-        const int64_t unit = split_rows ? 4 : 16;
+        const int64_t unit = split_rows ? 4 : std::max<int64_t>(16, kern.col_block);
         const int64_t units = (total + unit - 1) / unit;
         const int64_t lo = std::min(total, units * t / nt * unit);
         const int64_t hi = std::min(total, units * (t + 1) / nt * unit);
         if (lo >= hi) return;
         if (split_rows)
-            kern.gemm(a + lo * lda, lda, b, ldb, hi - lo, n, kp, c + lo * ldc, ldc);
+            kern.gemm(a + lo * lda, lda, b, hi - lo, n, kp, c + lo * ldc, ldc);
         else
-            kern.gemm(a, lda, b + lo * ldb, ldb, m, hi - lo, kp, c + lo, ldc);
+            kern.gemm(a, lda, b + lo * kp, m, hi - lo, kp, c + lo, ldc);
     });
 }
 
@@ -88,11 +98,31 @@ void run_gemm(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64
 // ============================================================================ quantization
 
 QuantParams quant_params(const float* x, int64_t n) {
-    float lo = 0.0f, hi = 0.0f;
-    for (int64_t i = 0; i < n; ++i) {
+    float lo = 0.0f, hi = 0.0f;   // the range includes 0
+    // Eight running minima / maxima (vectorizable); min and max are exact in any order.
+    // x * 0 is NaN exactly when x is NaN or infinite: a non-finite activation has no range.
+    float l8[8] = {}, h8[8] = {}, z8[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) {
+            l8[j] = std::min(l8[j], x[i + j]);
+            h8[j] = std::max(h8[j], x[i + j]);
+            z8[j] = z8[j] + x[i + j] * 0.0f;
+        }
+    float zero = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+        lo = std::min(lo, l8[j]);
+        hi = std::max(hi, h8[j]);
+        zero = zero + z8[j];
+    }
+    for (; i < n; ++i) {
         lo = std::min(lo, x[i]);
         hi = std::max(hi, x[i]);
+        zero = zero + x[i] * 0.0f;
     }
+    if (zero != 0.0f)
+        throw ShapeError("DynamicQuantizeLinear: the activations hold NaN or infinity (" +
+                         std::to_string(n) + " values)");
     QuantParams p;
     p.scale = hi == lo ? 1.0f : (hi - lo) / static_cast<float>(kQuantMax);
     const float z = std::clamp(0.0f - lo / p.scale, 0.0f, static_cast<float>(kQuantMax));
@@ -116,12 +146,16 @@ QuantParams dynamic_quantize(const float* x, int64_t n, uint8_t* q) {
 
 // ============================================================================ kernels
 
-void int8_gemm_generic(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t m,
-                       int64_t n, int64_t kp, int32_t* c, int64_t ldc) {
+void int8_pack_rows(const int8_t* rows, int64_t n, int64_t kp, int8_t* out) {
+    std::copy(rows, rows + n * kp, out);
+}
+
+void int8_gemm_generic(const uint8_t* a, int64_t lda, const int8_t* b, int64_t m, int64_t n,
+                       int64_t kp, int32_t* c, int64_t ldc) {
     for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
             const uint8_t* x = a + i * lda;
-            const int8_t* w = b + j * ldb;
+            const int8_t* w = b + j * kp;
             int32_t s = 0;
             for (int64_t k = 0; k < kp; ++k) s += int32_t(x[k]) * int32_t(w[k]);
             c[i * ldc + j] = s;
@@ -130,7 +164,7 @@ void int8_gemm_generic(const uint8_t* a, int64_t lda, const int8_t* b, int64_t l
 
 namespace {
 
-const Int8Kernels kGeneric{"generic", int8_gemm_generic};
+const Int8Kernels kGeneric{"generic", 1, int8_pack_rows, int8_gemm_generic};
 
 std::vector<const Int8Kernels*> all_kernels() {
     std::vector<const Int8Kernels*> out;
@@ -169,7 +203,7 @@ const Int8Kernels* int8_kernels_avx512() { return nullptr; }
 
 QLinear::QLinear(const int8_t* w, int64_t k, int64_t n, const float* zp, const float* scale,
                  int64_t n_params, const float* bias, const std::string& name)
-    : name_(name), p_(pack(w, n, k, /*k_major=*/true, zp, scale, n_params, name)) {
+    : name_(name), p_(pack(w, n, k, /*k_major=*/true, zp, scale, n_params, 1, name)) {
     if (bias) bias_.assign(bias, bias + n);
 }
 
@@ -188,13 +222,15 @@ void QLinear::forward(const float* x, int64_t m, float* y, ThreadPool* pool) con
     std::vector<uint8_t> q(size_t(m * kp), 0);
     std::vector<int64_t> sums(size_t(m), 0);
     const QuantParams qp = quant_params(x, m * k);
-    for (int64_t i = 0; i < m; ++i) {
-        uint8_t* row = &q[size_t(i * kp)];
-        quantize(x + i * k, k, qp, row);
-        int64_t s = 0;
-        for (int64_t j = 0; j < k; ++j) s += row[j];
-        sums[size_t(i)] = s;
-    }
+    parallel_rows(pool, m, k, [&](int64_t r0, int64_t r1) {
+        for (int64_t i = r0; i < r1; ++i) {
+            uint8_t* row = &q[size_t(i * kp)];
+            quantize(x + i * k, k, qp, row);
+            int64_t s = 0;
+            for (int64_t j = 0; j < k; ++j) s += row[j];
+            sums[size_t(i)] = s;
+        }
+    });
     forward_quantized(q.data(), sums.data(), qp, m, y, pool);
 }
 
@@ -202,16 +238,18 @@ void QLinear::forward_quantized(const uint8_t* q, const int64_t* qsums, const Qu
                                 int64_t m, float* y, ThreadPool* pool) const {
     const int64_t n = p_.rows;
     std::vector<int32_t> acc(size_t(m * n));
-    run_gemm(q, p_.kp, p_.w.data(), p_.kp, m, n, p_.kp, acc.data(), n, pool);
+    run_gemm(*p_.kernels, q, p_.kp, p_.group(0), m, n, p_.kp, acc.data(), n, pool);
     std::vector<float> cs(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) cs[size_t(j)] = qp.scale * p_.scale[size_t(j)];
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-            const int64_t v = p_.fold(acc[size_t(i * n + j)], qsums[i], qp.zero_point, j);
-            float r = static_cast<float>(v) * cs[size_t(j)];
-            if (!bias_.empty()) r = r + bias_[size_t(j)];
-            y[i * n + j] = r;
-        }
+    parallel_rows(pool, m, n, [&](int64_t r0, int64_t r1) {
+        for (int64_t i = r0; i < r1; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                const int64_t v = p_.fold(acc[size_t(i * n + j)], qsums[i], qp.zero_point, j);
+                float r = static_cast<float>(v) * cs[size_t(j)];
+                if (!bias_.empty()) r = r + bias_[size_t(j)];
+                y[i * n + j] = r;
+            }
+    });
 }
 
 // ============================================================================ QConv
@@ -223,7 +261,8 @@ QConv::QConv(const int8_t* w, int64_t c_out, int64_t c_in, int64_t k, const Conv
         throw ShapeError(name + ": groups " + std::to_string(a_.groups) + " do not divide " +
                          std::to_string(c_in) + " inputs and " + std::to_string(c_out) +
                          " outputs");
-    p_ = pack(w, c_out, c_in / a_.groups * k, /*k_major=*/false, &zp, &scale, 1, name);
+    p_ = pack(w, c_out, c_in / a_.groups * k, /*k_major=*/false, &zp, &scale, 1, a_.groups,
+              name);
     if (bias) bias_.assign(bias, bias + c_out);
 }
 
@@ -291,8 +330,7 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
                     std::fill(row + kk, row + kp, uint8_t(0));
                     sums[size_t(i)] = sum;
                 }
-                int8_kernels().gemm(a.data(), kp, &p_.w[size_t(g * cout_g * kp)], kp, nl, cout_g,
-                                    kp, acc.data(), cout_g);
+                p_.kernels->gemm(a.data(), kp, p_.group(g), nl, cout_g, kp, acc.data(), cout_g);
                 for (int64_t i = 0; i < nl; ++i)
                     for (int64_t co = 0; co < cout_g; ++co) {
                         const int64_t r = g * cout_g + co;

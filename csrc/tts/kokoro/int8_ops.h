@@ -48,18 +48,26 @@ void quantize(const float* x, int64_t n, const QuantParams& p, uint8_t* q);
 QuantParams dynamic_quantize(const float* x, int64_t n, uint8_t* q);
 
 // --------------------------------------------------------------------------- the kernels
-// c[i * ldc + j] = sum_k a[i * lda + k] * b[j * ldb + k] for i < m, j < n, k < kp; a uint8,
-// b int8, kp a multiple of kInt8KAlign, rows of a and b padded with zeros to kp.
+// c[i * ldc + j] = sum_k a[i * lda + k] * b_j[k] for i < m, j < n, k < kp: a uint8 rows padded
+// with zeros to kp (a multiple of kInt8KAlign), b_j int8 weight rows in the level's packed
+// layout (pack()). Layouts: col_block 1 is plain rows of kp bytes; col_block 16 (VNNI) holds
+// 16 rows at a time as kp / 4 groups of [16 rows x 4 bytes], so one 512-bit load feeds 16
+// outputs. Either way the rows of block j0 (a multiple of col_block) start at b + j0 * kp.
 struct Int8Kernels {
     const char* isa;
-    void (*gemm)(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t m,
-                 int64_t n, int64_t kp, int32_t* c, int64_t ldc);
+    int64_t col_block;
+    // rows [n, kp] plain -> out (padded_rows(n) * kp bytes, zero rows past n)
+    void (*pack)(const int8_t* rows, int64_t n, int64_t kp, int8_t* out);
+    void (*gemm)(const uint8_t* a, int64_t lda, const int8_t* b, int64_t m, int64_t n,
+                 int64_t kp, int32_t* c, int64_t ldc);
+    int64_t padded_rows(int64_t n) const { return (n + col_block - 1) / col_block * col_block; }
 };
 const Int8Kernels& int8_kernels();                    // the best this CPU runs
 const Int8Kernels& int8_kernels(const std::string& isa);   // by level; Error if unavailable
 std::vector<std::string> int8_kernel_levels();        // the levels this CPU runs, best first
-void int8_gemm_generic(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t m,
-                       int64_t n, int64_t kp, int32_t* c, int64_t ldc);
+void int8_pack_rows(const int8_t* rows, int64_t n, int64_t kp, int8_t* out);   // col_block 1
+void int8_gemm_generic(const uint8_t* a, int64_t lda, const int8_t* b, int64_t m, int64_t n,
+                       int64_t kp, int32_t* c, int64_t ldc);
 const Int8Kernels* int8_kernels_avx2();     // nullptr where not built
 const Int8Kernels* int8_kernels_avx512();
 
@@ -71,10 +79,15 @@ inline int64_t int8_padded(int64_t k) { return (k + kInt8KAlign - 1) / kInt8KAli
 // integer zero points, and float32 scales, per output (a per-tensor value is repeated).
 struct PackedInt8 {
     int64_t rows = 0, k = 0, kp = 0;
-    std::vector<int8_t> w;        // [rows, kp]
+    int64_t groups = 1, group_rows = 0;   // rows per group, and their packed stride in rows
+    const Int8Kernels* kernels = nullptr; // the level `w` is packed for
+    std::vector<int8_t> w;        // per group: [padded group_rows, kp] in kernels' layout
     std::vector<int32_t> sums;    // sum_k w[r, k]
     std::vector<int32_t> zp;      // [rows]
     std::vector<float> scale;     // [rows]
+
+    const int8_t* group(int64_t g) const { return &w[size_t(g * group_stride() * kp)]; }
+    int64_t group_stride() const { return kernels->padded_rows(group_rows); }
 
     // sum over k of (q[k] - zx)(w[r, k] - zw[r]) from a's raw product and row sum.
     int64_t fold(int64_t raw, int64_t qsum, int32_t zx, int64_t r) const {

@@ -26,7 +26,7 @@ inline __m256i load_s8(const int8_t* p) {
 
 template <int MR, int NR>
 void block(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t kp, int32_t* c,
-           int64_t ldc) {
+           int64_t ldc) {   // b: NR plain rows ldb apart
     __m256i acc[MR][NR];
     for (int i = 0; i < MR; ++i)
         for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_si256();
@@ -43,8 +43,9 @@ void block(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t 
         for (int j = 0; j < NR; ++j) c[i * ldc + j] = hsum(acc[i][j]);
 }
 
-void gemm_avx2(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t m,
-               int64_t n, int64_t kp, int32_t* c, int64_t ldc) {
+void gemm_avx2(const uint8_t* a, int64_t lda, const int8_t* b, int64_t m, int64_t n,
+               int64_t kp, int32_t* c, int64_t ldc) {
+    const int64_t ldb = kp;
     int64_t i = 0;
     for (; i + 2 <= m; i += 2) {
         int64_t j = 0;
@@ -60,7 +61,7 @@ void gemm_avx2(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int6
     }
 }
 
-const Int8Kernels kAvx2{"avx2", gemm_avx2};
+const Int8Kernels kAvx2{"avx2", 1, int8_pack_rows, gemm_avx2};
 
 }  // namespace
 

@@ -1,8 +1,12 @@
-// The u8 x s8 -> i32 product of int8_ops.h with AVX-512 VNNI: vpdpbusd multiplies 64 unsigned
-// by 64 signed bytes and adds each group of four products into a 32-bit lane, without
-// saturation (vpdpbusds would saturate), so the sums are exact. Four rows by four columns per
-// step share their loads.
+// The u8 x s8 -> i32 product of int8_ops.h with AVX-512 VNNI. Weights are packed 16 rows at a
+// time as groups of [16 rows x 4 bytes] (one 512-bit vector per 4 values of k), so vpdpbusd
+// multiplies 4 activation bytes, broadcast, by 4 bytes of 16 rows and adds each group of four
+// products into that row's 32-bit lane: no horizontal sums. vpdpbusd does not saturate
+// (vpdpbusds would), so the sums are exact. A step covers 4 activation rows x 32 weight rows
+// (8 accumulators).
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "tts/kokoro/int8_ops.h"
 
@@ -11,41 +15,73 @@ namespace dasllama::kokoro {
 #if defined(__AVX512VNNI__) && defined(__AVX512F__)
 namespace {
 
-template <int MR, int NR>
-void block(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t kp, int32_t* c,
-           int64_t ldc) {
-    __m512i acc[MR][NR];
+constexpr int64_t kBlock = 16;   // weight rows per packed block (one 512-bit lane each)
+
+void pack_vnni(const int8_t* rows, int64_t n, int64_t kp, int8_t* out) {
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    std::memset(out, 0, size_t(blocks * kBlock * kp));
+    for (int64_t r = 0; r < n; ++r) {
+        int8_t* blk = out + (r / kBlock) * kBlock * kp;
+        const int64_t lane = r % kBlock;
+        for (int64_t k = 0; k < kp; ++k)
+            blk[(k / 4) * (kBlock * 4) + lane * 4 + (k % 4)] = rows[r * kp + k];
+    }
+}
+
+template <int MR, int NB>
+void tile(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kp, int32_t* c, int64_t ldc,
+          int64_t n_last) {   // n_last: columns written of the last block (1..16)
+    __m512i acc[MR][NB];
     for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_si512();
-    for (int64_t k = 0; k < kp; k += 64) {
-        __m512i x[MR];
-        for (int i = 0; i < MR; ++i) x[i] = _mm512_loadu_si512(a + i * lda + k);
-        for (int j = 0; j < NR; ++j) {
-            const __m512i w = _mm512_loadu_si512(b + j * ldb + k);
-            for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], x[i], w);
+        for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_setzero_si512();
+    const int64_t stride = kBlock * kp;   // bytes between blocks
+    for (int64_t g = 0; g < kp / 4; ++g) {
+        __m512i w[NB];
+        for (int j = 0; j < NB; ++j) w[j] = _mm512_loadu_si512(b + j * stride + g * 64);
+        for (int i = 0; i < MR; ++i) {
+            int32_t four;
+            std::memcpy(&four, a + i * lda + 4 * g, 4);
+            const __m512i x = _mm512_set1_epi32(four);
+            for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], x, w[j]);
         }
     }
+    const __mmask16 last = static_cast<__mmask16>((1u << n_last) - 1u);
     for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) c[i * ldc + j] = _mm512_reduce_add_epi32(acc[i][j]);
+        for (int j = 0; j < NB; ++j) {
+            int32_t* dst = c + i * ldc + j * kBlock;
+            if (j == NB - 1)
+                _mm512_mask_storeu_epi32(dst, last, acc[i][j]);
+            else
+                _mm512_storeu_si512(dst, acc[i][j]);
+        }
 }
 
 template <int MR>
-void row_block(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t n,
-               int64_t kp, int32_t* c, int64_t ldc) {
+void rows_tile(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kp, int32_t* c,
+               int64_t ldc, int64_t n) {
     int64_t j = 0;
-    for (; j + 4 <= n; j += 4) block<MR, 4>(a, lda, b + j * ldb, ldb, kp, c + j, ldc);
-    for (; j < n; ++j) block<MR, 1>(a, lda, b + j * ldb, ldb, kp, c + j, ldc);
+    for (; j + 2 * kBlock <= n; j += 2 * kBlock)
+        tile<MR, 2>(a, lda, b + j * kp, kp, c + j, ldc, kBlock);
+    const int64_t left = n - j;
+    if (left > kBlock)
+        tile<MR, 2>(a, lda, b + j * kp, kp, c + j, ldc, left - kBlock);
+    else if (left > 0)
+        tile<MR, 1>(a, lda, b + j * kp, kp, c + j, ldc, left);
 }
 
-void gemm_avx512(const uint8_t* a, int64_t lda, const int8_t* b, int64_t ldb, int64_t m,
-                 int64_t n, int64_t kp, int32_t* c, int64_t ldc) {
+void gemm_avx512(const uint8_t* a, int64_t lda, const int8_t* b, int64_t m, int64_t n,
+                 int64_t kp, int32_t* c, int64_t ldc) {
     int64_t i = 0;
-    for (; i + 4 <= m; i += 4) row_block<4>(a + i * lda, lda, b, ldb, n, kp, c + i * ldc, ldc);
-    for (; i + 2 <= m; i += 2) row_block<2>(a + i * lda, lda, b, ldb, n, kp, c + i * ldc, ldc);
-    for (; i < m; ++i) row_block<1>(a + i * lda, lda, b, ldb, n, kp, c + i * ldc, ldc);
+    for (; i + 4 <= m; i += 4) rows_tile<4>(a + i * lda, lda, b, kp, c + i * ldc, ldc, n);
+    switch (m - i) {
+        case 3: rows_tile<3>(a + i * lda, lda, b, kp, c + i * ldc, ldc, n); break;
+        case 2: rows_tile<2>(a + i * lda, lda, b, kp, c + i * ldc, ldc, n); break;
+        case 1: rows_tile<1>(a + i * lda, lda, b, kp, c + i * ldc, ldc, n); break;
+        default: break;
+    }
 }
 
-const Int8Kernels kAvx512{"avx512", gemm_avx512};
+const Int8Kernels kAvx512{"avx512", kBlock, pack_vnni, gemm_avx512};
 
 }  // namespace
 #endif

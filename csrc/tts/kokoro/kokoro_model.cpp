@@ -1,4 +1,5 @@
 #include "tts/kokoro/kokoro_model.h"
+#include "tts/kokoro/no_contract.h"
 
 #include "core/thread_pool.h"
 

@@ -1,11 +1,15 @@
-// Built with the project's default (generic) flags: no FMA instructions exist at that level,
-// so no multiply-add is contracted and every rounding below is the one written. The
-// reference's "fused" multiply-adds are formed explicitly in double (see fma_ref).
+// No multiply-add is contracted here (no_contract.h), so every rounding below is the one
+// written; the reference's "fused" multiply-adds are formed explicitly in double (fma_ref).
 #include "tts/kokoro/onnx_math.h"
+#include "tts/kokoro/no_contract.h"
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
+
+#include "core/cpu_features.h"
+#include "core/errors.h"
 
 #include "tts/kokoro/pairwise_sum.h"
 
@@ -69,22 +73,56 @@ float mlas_tanh(float x) {
     return p / rational(x2, kTanhQ);
 }
 
-void logistic(const float* x, int64_t n, float* out) {
+namespace {
+
+void logistic_generic(const float* x, int64_t n, float* out) {
     for (int64_t i = 0; i < n; ++i) out[i] = mlas_logistic(x[i]);
 }
 
-void tanh_mlas(const float* x, int64_t n, float* out) {
+void tanh_generic(const float* x, int64_t n, float* out) {
     for (int64_t i = 0; i < n; ++i) out[i] = mlas_tanh(x[i]);
 }
 
+const ActivationKernels kGenericActivations{"generic", logistic_generic, tanh_generic};
+
+}  // namespace
+
+#if !defined(__x86_64__) && !defined(_M_X64)
+const ActivationKernels* activation_kernels_avx512() { return nullptr; }
+#endif
+
+const ActivationKernels& activation_kernels() {
+    static const ActivationKernels* best = [] {
+        const ActivationKernels* a = activation_kernels_avx512();
+        return a && cpu_features().allows(a->isa) ? a : &kGenericActivations;
+    }();
+    return *best;
+}
+
+const ActivationKernels& activation_kernels(const char* isa) {
+    const std::string want(isa);
+    if (want == "generic") return kGenericActivations;
+    const ActivationKernels* a = activation_kernels_avx512();
+    if (a && want == a->isa && cpu_features().allows(a->isa)) return *a;
+    throw Error("kokoro activation kernels: level '" + want + "' is not available here");
+}
+
+void logistic(const float* x, int64_t n, float* out) { activation_kernels().logistic(x, n, out); }
+
+void tanh_mlas(const float* x, int64_t n, float* out) { activation_kernels().tanh(x, n, out); }
+
 void fast_gelu(const float* x, const float* bias, int64_t rows, int64_t n, float* out) {
     const float c1 = 0.7978845608028654f, c2 = 0.035677408136300125f;
-    for (int64_t r = 0; r < rows; ++r)
+    std::vector<float> v(static_cast<size_t>(n)), t(static_cast<size_t>(n));
+    for (int64_t r = 0; r < rows; ++r) {
         for (int64_t j = 0; j < n; ++j) {
-            const float v = x[r * n + j] + bias[j];
-            const float inner = v * (c1 + c2 * v * v);
-            out[r * n + j] = v * 0.5f * (1.0f + mlas_tanh(inner));
+            v[size_t(j)] = x[r * n + j] + bias[j];
+            const float vv = v[size_t(j)];
+            t[size_t(j)] = vv * (c1 + c2 * vv * vv);
         }
+        tanh_mlas(t.data(), n, t.data());
+        for (int64_t j = 0; j < n; ++j) out[r * n + j] = v[size_t(j)] * 0.5f * (1.0f + t[size_t(j)]);
+    }
 }
 
 void layer_norm_lanes(const float* x, const float* weight, const float* bias, int64_t rows,

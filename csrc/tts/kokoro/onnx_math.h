@@ -20,8 +20,18 @@ namespace dasllama::kokoro {
 
 float mlas_logistic(float x);
 float mlas_tanh(float x);
+// Over arrays, through the best activation kernels this CPU runs (same bits at every level).
 void logistic(const float* x, int64_t n, float* out);
 void tanh_mlas(const float* x, int64_t n, float* out);
+
+struct ActivationKernels {
+    const char* isa;
+    void (*logistic)(const float* x, int64_t n, float* out);
+    void (*tanh)(const float* x, int64_t n, float* out);
+};
+const ActivationKernels& activation_kernels();
+const ActivationKernels& activation_kernels(const char* isa);   // Error if not available
+const ActivationKernels* activation_kernels_avx512();   // nullptr where not built
 
 // out[r, j] = FastGelu(x[r, j] + bias[j]) for rows of n values; out may equal x.
 void fast_gelu(const float* x, const float* bias, int64_t rows, int64_t n, float* out);

@@ -1,4 +1,5 @@
 #include "tts/kokoro/prosody.h"
+#include "tts/kokoro/no_contract.h"
 
 #include <algorithm>
 #include <cmath>
@@ -76,7 +77,8 @@ std::vector<float> Prosody::duration_encoder(const float* d_en, int64_t t, const
 std::vector<int64_t> Prosody::durations(const float* d, int64_t t, float speed, ThreadPool* pool,
                                         std::vector<float>* totals) const {
     if (!(speed >= kMinSpeed) || !std::isfinite(speed))
-        throw ShapeError("durations: speed " + std::to_string(speed) + " must be a positive number");
+        throw ShapeError("durations: speed " + std::to_string(speed) + " is not a finite number >= " +
+                         std::to_string(kMinSpeed));
     const int64_t h2 = 2 * lstm_.hidden(), bins = duration_proj_.out();
     std::vector<float> x(size_t(t * h2));
     lstm_.forward(d, t, x.data(), pool);
@@ -89,6 +91,9 @@ std::vector<int64_t> Prosody::durations(const float* d, int64_t t, float speed, 
         for (int64_t j = 0; j < bins; ++j) row[size_t(j)] = mlas_logistic(logits[size_t(i * bins + j)]);
         const float total = static_cast<float>(pairwise_sum(row.data(), bins)) / speed;
         if (totals) (*totals)[size_t(i)] = total;
+        if (!std::isfinite(total))
+            throw ShapeError("durations: the predicted length of id " + std::to_string(i) +
+                             " is not finite (a non-finite style row or input?)");
         const float r = std::nearbyint(total);   // half to even (the default rounding mode)
         out[size_t(i)] = std::max<int64_t>(1, static_cast<int64_t>(r));
     }
@@ -104,6 +109,9 @@ std::vector<float> Prosody::align(const float* d, int64_t t, int64_t c,
     for (int64_t v : durations) {
         if (v < 0) throw ShapeError("align: a negative duration " + std::to_string(v));
         f += v;
+        if (f > kMaxFrames)
+            throw ShapeError("align: the durations add up to more than " +
+                             std::to_string(kMaxFrames) + " frames");
     }
     std::vector<float> en(size_t(c * f));
     int64_t j = 0;

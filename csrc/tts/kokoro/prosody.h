@@ -25,9 +25,11 @@ class ThreadPool;
 
 namespace dasllama::kokoro {
 
-// The largest speed factor's inverse range the durations accept (speed in [0.25, 4] is the
-// user-facing rule; this guards the arithmetic only).
-constexpr float kMinSpeed = 1e-3f;
+// The slowest speed the durations accept: the user-facing range is [0.25, 4]; below it one id
+// could ask for thousands of frames (50 bins / speed) and the alignment for gigabytes.
+constexpr float kMinSpeed = 0.25f;
+// The most frames one call aligns: 512 ids (ALBERT's positions) at the slowest speed's 200.
+constexpr int64_t kMaxFrames = 512 * 200;
 
 class Prosody {
 public:

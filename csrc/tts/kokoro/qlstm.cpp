@@ -1,4 +1,5 @@
 #include "tts/kokoro/qlstm.h"
+#include "tts/kokoro/no_contract.h"
 
 #include <algorithm>
 
@@ -40,7 +41,7 @@ void QLstm::direction(int d, const float* xw, int64_t t, float* out, int64_t ld,
     const int64_t h = hidden_, g4 = 4 * h;
     const int64_t kp = int8_padded(h);
     std::vector<float> hv(size_t(h), 0.0f), c(size_t(h), 0.0f), hr(static_cast<size_t>(g4)), g(static_cast<size_t>(g4));
-    std::vector<float> act(static_cast<size_t>(g4));
+    std::vector<float> act(static_cast<size_t>(g4)), tc(static_cast<size_t>(h));
     std::vector<uint8_t> q(size_t(kp), 0);
     for (int64_t step = 0; step < t; ++step) {
         const int64_t row = reverse ? t - 1 - step : step;
@@ -57,8 +58,9 @@ void QLstm::direction(int d, const float* xw, int64_t t, float* out, int64_t ld,
             const float cf = c[size_t(i)] * act[size_t(2 * h + i)];
             const float ic = act[size_t(i)] * act[size_t(3 * h + i)];
             c[size_t(i)] = cf + ic;
-            hv[size_t(i)] = mlas_tanh(c[size_t(i)]) * act[size_t(h + i)];
         }
+        tanh_mlas(c.data(), h, tc.data());
+        for (int64_t i = 0; i < h; ++i) hv[size_t(i)] = tc[size_t(i)] * act[size_t(h + i)];
         std::copy(hv.begin(), hv.end(), out + row * ld);
     }
 }

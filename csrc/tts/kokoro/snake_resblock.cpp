@@ -33,6 +33,12 @@ SnakeResBlock SnakeResBlock::load(const KokoroWeights& w, const std::string& mod
     return b;
 }
 
+int64_t SnakeResBlock::cost() const {
+    int64_t taps = 0;
+    for (const Round& r : rounds_) taps += r.conv1.kernel() + r.conv2.kernel();
+    return taps * channels_ * channels_;
+}
+
 void SnakeResBlock::forward(const float* x, int64_t l, const float* style,
                             std::vector<float>& out, Scratch& s, ThreadPool& pool) const {
     const int64_t c = channels_, n = c * l;

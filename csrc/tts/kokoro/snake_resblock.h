@@ -28,6 +28,9 @@ public:
 
     int64_t channels() const { return channels_; }
     int64_t rounds() const { return int64_t(rounds_.size()); }
+    // Multiply-adds per output column (channels^2 times the kernel taps of every conv): a
+    // relative cost for sharing blocks among threads.
+    int64_t cost() const;
     // x [C, l] -> out [C, l] (resized; out must not be x). scratch: the caller's buffers,
     // reused across calls.
     struct Scratch {

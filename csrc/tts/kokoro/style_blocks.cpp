@@ -1,10 +1,12 @@
 #include "tts/kokoro/style_blocks.h"
+#include "tts/kokoro/no_contract.h"
 
 #include <algorithm>
 
 #include "core/thread_pool.h"
 #include "nn/conv_transpose1d.h"
 #include "tts/kokoro/onnx_math.h"
+#include "tts/kokoro/parallel.h"
 
 namespace dasllama::kokoro {
 
@@ -39,15 +41,17 @@ AdaIN1d AdaIN1d::load(const KokoroWeights& w, const std::string& module) {
 }
 
 void AdaIN1d::forward(const float* x, int64_t l, const float* style, float* out,
-                      ThreadPool*) const {
+                      ThreadPool* pool) const {
     const int64_t c = channels();
     const std::vector<float> h = style_fc(fc_, style);
-    instance_norm(x, c, l, kAdaInEps, out);
-    for (int64_t i = 0; i < c; ++i) {
-        const float g = h[size_t(i)] + 1.0f, b = h[size_t(c + i)];
-        float* row = out + i * l;
-        for (int64_t j = 0; j < l; ++j) row[j] = g * row[j] + b;
-    }
+    parallel_rows(pool, c, l, [&](int64_t c0, int64_t c1) {
+        instance_norm(x + c0 * l, c1 - c0, l, kAdaInEps, out + c0 * l);
+        for (int64_t i = c0; i < c1; ++i) {
+            const float g = h[size_t(i)] + 1.0f, b = h[size_t(c + i)];
+            float* row = out + i * l;
+            for (int64_t j = 0; j < l; ++j) row[j] = g * row[j] + b;
+        }
+    });
 }
 
 // ============================================================================ AdaLayerNorm

@@ -1,4 +1,5 @@
 #include "tts/kokoro/text_encoder.h"
+#include "tts/kokoro/no_contract.h"
 
 #include "tts/kokoro/onnx_math.h"
 #include "tts/kokoro/style_blocks.h"

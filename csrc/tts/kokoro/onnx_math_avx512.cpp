@@ -1,0 +1,79 @@
+// MLAS's logistic and tanh of onnx_math.h over arrays with AVX-512, 8 values at a time, with
+// the scalar version's roundings: each Horner step is a double fused multiply-add of float32
+// values (their product is exact in double, so fusing in double rounds exactly as the scalar
+// form's product-then-add does) rounded back to float32; the clamps, the float32 products, the
+// division and the final add are the same single float32 operations.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "tts/kokoro/onnx_math.h"
+
+namespace dasllama::kokoro {
+
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+namespace {
+
+inline __m256 horner(__m256 x2, const float* c, int n) {
+    const __m512d x2d = _mm512_cvtps_pd(x2);
+    __m256 acc = _mm512_cvtpd_ps(_mm512_fmadd_pd(x2d, _mm512_set1_pd(double(c[0])),
+                                                 _mm512_set1_pd(double(c[1]))));
+    for (int i = 2; i < n; ++i)
+        acc = _mm512_cvtpd_ps(_mm512_fmadd_pd(_mm512_cvtps_pd(acc), x2d,
+                                              _mm512_set1_pd(double(c[i]))));
+    return acc;
+}
+
+constexpr float kLP[] = {4.37031012579801e-11f, 1.15627324459942e-07f, 6.08574864600143e-05f,
+                         8.51377133304701e-03f, 2.48287947061529e-01f};
+constexpr float kLQ[] = {6.10247389755681e-13f, 5.76102136993427e-09f, 6.29106785017040e-06f,
+                         1.70198817374094e-03f, 1.16817656904453e-01f, 9.93151921023180e-01f};
+constexpr float kTP[] = {-2.76076847742355e-16f, 2.00018790482477e-13f, -8.60467152213735e-11f,
+                         5.12229709037114e-08f, 1.48572235717979e-05f, 6.37261928875436e-04f,
+                         4.89352455891786e-03f};
+constexpr float kTQ[] = {1.19825839466702e-06f, 1.18534705686654e-04f, 2.26843463243900e-03f,
+                         4.89352518554385e-03f};
+
+inline __m256 clamp(__m256 x, float lim) {
+    return _mm256_min_ps(_mm256_set1_ps(lim), _mm256_max_ps(_mm256_set1_ps(-lim), x));
+}
+
+void logistic_avx512(const float* x, int64_t n, float* out) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = clamp(_mm256_loadu_ps(x + i), 18.0f);
+        const __m256 x2 = _mm256_mul_ps(v, v);
+        const __m256 p = _mm256_mul_ps(horner(x2, kLP, 5), v);
+        const __m256 q = horner(x2, kLQ, 6);
+        __m256 r = _mm256_add_ps(_mm256_div_ps(p, q), _mm256_set1_ps(0.5f));
+        r = _mm256_min_ps(_mm256_set1_ps(1.0f), _mm256_max_ps(_mm256_setzero_ps(), r));
+        _mm256_storeu_ps(out + i, r);
+    }
+    for (; i < n; ++i) out[i] = mlas_logistic(x[i]);
+}
+
+void tanh_avx512(const float* x, int64_t n, float* out) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = clamp(_mm256_loadu_ps(x + i), 9.0f);
+        const __m256 x2 = _mm256_mul_ps(v, v);
+        const __m256 p = _mm256_mul_ps(horner(x2, kTP, 7), v);
+        _mm256_storeu_ps(out + i, _mm256_div_ps(p, horner(x2, kTQ, 4)));
+    }
+    for (; i < n; ++i) out[i] = mlas_tanh(x[i]);
+}
+
+const ActivationKernels kAvx512{"avx512", logistic_avx512, tanh_avx512};
+
+}  // namespace
+#endif
+
+const ActivationKernels* activation_kernels_avx512() {
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    return &kAvx512;
+#else
+    return nullptr;
+#endif
+}
+
+}  // namespace dasllama::kokoro
