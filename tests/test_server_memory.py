@@ -94,7 +94,7 @@ def test_read_chat_template_refuses_other_files(tmp_path):
 
 
 @pytest.mark.parametrize("template", [CHATML_TEMPLATE, None])
-def test_a_served_model_gets_its_template_without_the_full_metadata_read(tmp_path, monkeypatch,
+def test_models_get_their_template_without_the_full_metadata_read(tmp_path, monkeypatch,
                                                                           template):
     from dasllama.server.config import ModelSpec, ServerConfig
     from dasllama.server.registry import LoadedLLM
@@ -115,8 +115,11 @@ def test_a_served_model_gets_its_template_without_the_full_metadata_read(tmp_pat
         assert reads == []
     finally:
         loaded.close()
-    # Negative control: a plain LLM reads the whole metadata for its template.
     import dasllama
-    with dasllama.LLM(path, n_ctx=64, threads=1) as llm:
+    with dasllama.LLM(path, n_ctx=64, threads=1) as llm:     # LLM itself reads it alone too
         assert llm.chat_format.template == template
+    assert reads == []
+    # Negative control: the counter does see a whole-metadata read.
+    with gguf.open(path) as f:
+        f.metadata
     assert reads == [str(path)]

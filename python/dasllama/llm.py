@@ -406,14 +406,24 @@ class LLM:
         if self._chat_format is None:
             template = self._template
             if template is None and self.path is not None:
-                with gguf.open(self.path) as f:
-                    template = f.metadata.get("tokenizer.chat_template")
+                template = self._file_template()
             tok = self.tokenizer
             self._chat_format = ChatFormat.from_model(
                 template, bos_token=self._token_text(tok.bos_id),
                 eos_token=self._token_text(tok.eos_id),
                 has_token=lambda s: self._special_token_id(s) is not None)
         return self._chat_format
+
+    def _file_template(self) -> Optional[str]:
+        """The file's chat template, read alone: the whole metadata would build the vocabulary
+        as Python objects (92 MB of transient memory for Gemma-3's 262,144 tokens)."""
+        from .chat import read_chat_template
+
+        try:
+            return read_chat_template(self.path)
+        except (OSError, ValueError):     # a file that reader cannot walk: the full read
+            with gguf.open(self.path) as f:
+                return f.metadata.get("tokenizer.chat_template")
 
     def _token_text(self, token: int) -> str:
         return bytes(self.tokenizer.piece(token)).decode("utf-8", "replace") if token >= 0 else ""

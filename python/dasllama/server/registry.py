@@ -73,22 +73,12 @@ class LoadedLLM:
     @classmethod
     def load(cls, spec: ModelSpec, config: ServerConfig) -> "LoadedLLM":
         from ..batch import BatchEngine, EngineThread
-        from ..chat import read_chat_template
         from ..llm import LLM
 
         n_ctx = config.n_ctx_of(spec)
         slots = config.slots_of(spec)
         llm = LLM(spec.source, device=config.device, n_ctx=n_ctx, threads=config.threads,
                   kv_type=config.kv_type)
-        # LLM.chat_format reads the file's template on first use through the whole metadata,
-        # which builds the vocabulary as Python objects (92 MB of peak memory for Gemma-3's
-        # 262,144 tokens, 20 MB for SmolLM2); in the server that happens in a worker thread
-        # whose malloc arena then keeps the freed memory. Give it the template read alone (""
-        # when the file has none); a file that reader cannot walk is left to LLM's own read.
-        try:
-            llm._template = read_chat_template(spec.source) or ""
-        except (OSError, ValueError):
-            pass
         try:
             engine = BatchEngine(llm, slots=slots, n_ctx=n_ctx, max_queue=config.max_queue)
             loaded = cls(llm, engine, EngineThread(engine))
