@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
@@ -38,6 +39,9 @@ PackedInt8 pack(const int8_t* w, int64_t rows, int64_t k, bool k_major, const fl
     if (n_params != 1 && n_params != rows)
         throw ShapeError(name + ": " + std::to_string(n_params) +
                          " zero points / scales for " + std::to_string(rows) + " outputs");
+    if (k < 1 || k > kMaxInt8K)
+        throw ShapeError(name + ": " + std::to_string(k) + " inputs per output; the exact 32-bit "
+                         "sums allow 1 to " + std::to_string(kMaxInt8K));
     PackedInt8 p;
     p.rows = rows;
     p.k = k;
@@ -219,36 +223,53 @@ QLinear QLinear::load(const KokoroWeights& w, const std::string& module, bool wi
 
 void QLinear::forward(const float* x, int64_t m, float* y, ThreadPool* pool) const {
     const int64_t k = p_.k, kp = p_.kp;
-    std::vector<uint8_t> q(size_t(m * kp), 0);
-    std::vector<int64_t> sums(size_t(m), 0);
+    std::unique_ptr<uint8_t[]> q(new uint8_t[size_t(m * kp)]);   // rows zero-padded below
+    std::vector<int64_t> sums(static_cast<size_t>(m));
     const QuantParams qp = quant_params(x, m * k);
     parallel_rows(pool, m, k, [&](int64_t r0, int64_t r1) {
         for (int64_t i = r0; i < r1; ++i) {
             uint8_t* row = &q[size_t(i * kp)];
             quantize(x + i * k, k, qp, row);
+            std::fill(row + k, row + kp, uint8_t(0));
             int64_t s = 0;
             for (int64_t j = 0; j < k; ++j) s += row[j];
             sums[size_t(i)] = s;
         }
     });
-    forward_quantized(q.data(), sums.data(), qp, m, y, pool);
+    forward_quantized(q.get(), sums.data(), qp, m, y, pool);
 }
 
 void QLinear::forward_quantized(const uint8_t* q, const int64_t* qsums, const QuantParams& qp,
                                 int64_t m, float* y, ThreadPool* pool) const {
     const int64_t n = p_.rows;
-    std::vector<int32_t> acc(size_t(m * n));
-    run_gemm(*p_.kernels, q, p_.kp, p_.group(0), m, n, p_.kp, acc.data(), n, pool);
+    std::unique_ptr<int32_t[]> acc(new int32_t[size_t(m * n)]);
+    run_gemm(*p_.kernels, q, p_.kp, p_.group(0), m, n, p_.kp, acc.get(), n, pool);
+    // The zero points folded in 32-bit integers, modulo 2^32: v = raw - zx sum(w) + K zx zw -
+    // zw sum(q), whose exact value is below 255 * 255 * K < 2^31 (kMaxInt8K), so the wrapped
+    // sum is the exact one.
     std::vector<float> cs(static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j) cs[size_t(j)] = qp.scale * p_.scale[size_t(j)];
+    std::vector<int32_t> col(static_cast<size_t>(n));
+    const int32_t zx = qp.zero_point;
+    for (int64_t j = 0; j < n; ++j) {
+        cs[size_t(j)] = qp.scale * p_.scale[size_t(j)];
+        col[size_t(j)] = int32_t(int64_t(p_.k) * zx * p_.zp[size_t(j)] -
+                                 int64_t(zx) * p_.sums[size_t(j)]);
+    }
+    const int32_t* zw = p_.zp.data();
+    const float* bias = bias_.empty() ? nullptr : bias_.data();
     parallel_rows(pool, m, n, [&](int64_t r0, int64_t r1) {
-        for (int64_t i = r0; i < r1; ++i)
-            for (int64_t j = 0; j < n; ++j) {
-                const int64_t v = p_.fold(acc[size_t(i * n + j)], qsums[i], qp.zero_point, j);
-                float r = static_cast<float>(v) * cs[size_t(j)];
-                if (!bias_.empty()) r = r + bias_[size_t(j)];
-                y[i * n + j] = r;
+        for (int64_t i = r0; i < r1; ++i) {
+            const int32_t qs = static_cast<int32_t>(qsums[i]);
+            const int32_t* a = &acc[size_t(i * n)];
+            float* out = y + i * n;
+            for (int64_t j = 0; j < n; ++j) {   // modulo 2^32: the result itself fits
+                const uint32_t u = uint32_t(a[j]) + uint32_t(col[size_t(j)]) -
+                                   uint32_t(zw[j]) * uint32_t(qs);
+                out[j] = static_cast<float>(static_cast<int32_t>(u)) * cs[size_t(j)];
             }
+            if (bias)
+                for (int64_t j = 0; j < n; ++j) out[j] = out[j] + bias[j];
+        }
     });
 }
 

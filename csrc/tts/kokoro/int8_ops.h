@@ -34,6 +34,8 @@ namespace dasllama::kokoro {
 constexpr int64_t kQuantMax = 255;     // uint8 activations
 constexpr int64_t kInt8KAlign = 64;    // packed rows are padded with zeros to this many bytes
                                        // (one 512-bit vector)
+constexpr int64_t kMaxInt8K = 33000;   // inputs per output: 255 * 255 * K must stay below 2^31
+                                       // for the 32-bit sums to be exact
 
 struct QuantParams {
     float scale = 1.0f;

@@ -3,7 +3,7 @@
 // multiplies 4 activation bytes, broadcast, by 4 bytes of 16 rows and adds each group of four
 // products into that row's 32-bit lane: no horizontal sums. vpdpbusd does not saturate
 // (vpdpbusds would), so the sums are exact. A step covers 4 activation rows x 32 weight rows
-// (8 accumulators).
+// (8 accumulators), or 8 x 32 (16) where the rows allow.
 #include <immintrin.h>
 
 #include <cstring>
@@ -72,7 +72,11 @@ void rows_tile(const uint8_t* a, int64_t lda, const int8_t* b, int64_t kp, int32
 void gemm_avx512(const uint8_t* a, int64_t lda, const int8_t* b, int64_t m, int64_t n,
                  int64_t kp, int32_t* c, int64_t ldc) {
     int64_t i = 0;
-    for (; i + 4 <= m; i += 4) rows_tile<4>(a + i * lda, lda, b, kp, c + i * ldc, ldc, n);
+    for (; i + 8 <= m; i += 8) rows_tile<8>(a + i * lda, lda, b, kp, c + i * ldc, ldc, n);
+    if (i + 4 <= m) {
+        rows_tile<4>(a + i * lda, lda, b, kp, c + i * ldc, ldc, n);
+        i += 4;
+    }
     switch (m - i) {
         case 3: rows_tile<3>(a + i * lda, lda, b, kp, c + i * ldc, ldc, n); break;
         case 2: rows_tile<2>(a + i * lda, lda, b, kp, c + i * ldc, ldc, n); break;
