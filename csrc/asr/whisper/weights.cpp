@@ -73,7 +73,19 @@ public:
     }
 
     nn::Linear linear(const std::string& p, int64_t out, int64_t in) const {
-        return {matrix(p + ".weight", out, in), floats(p + ".bias", {out})};
+        return {matrix(p + ".weight", out, in), floats(p + ".bias", {out}), nullptr};
+    }
+
+    // linear(), plus for the int8 lane on a CPU with AMX-BF16 the weights in bfloat16 for the
+    // encoder's 1500-row products (nn/gemm_bf16.h); the Q8_0 copy stays for short inputs.
+    nn::Linear encoder_linear(const std::string& p, int64_t out, int64_t in) const {
+        nn::Linear l = linear(p, out, in);
+        if (compute_ == ComputeType::kInt8 && nn::gemm_bf16_available() && out % 32 == 0 &&
+            in % 32 == 0) {
+            const std::vector<float> values = floats(p + ".weight", {out, in});
+            l.bf16 = std::make_shared<nn::Bf16Matrix>(nn::pack_bf16(values.data(), out, in));
+        }
+        return l;
     }
 
     Norm norm(const std::string& p, int64_t n) const {
@@ -176,11 +188,11 @@ std::shared_ptr<WhisperWeights> load_whisper(const std::string& path, ComputeTyp
         const std::string p = "enc.blk." + std::to_string(i) + ".";
         EncoderLayer l;
         l.attn_ln = r.norm(p + "attn_ln", d);
-        l.qkv = r.linear(p + "attn.qkv", 3 * d, d);
-        l.out = r.linear(p + "attn.out", d, d);
+        l.qkv = r.encoder_linear(p + "attn.qkv", 3 * d, d);
+        l.out = r.encoder_linear(p + "attn.out", d, d);
         l.mlp_ln = r.norm(p + "mlp_ln", d);
-        l.fc1 = r.linear(p + "mlp.fc1", ff, d);
-        l.fc2 = r.linear(p + "mlp.fc2", d, ff);
+        l.fc1 = r.encoder_linear(p + "mlp.fc1", ff, d);
+        l.fc2 = r.encoder_linear(p + "mlp.fc2", d, ff);
         w->enc.push_back(std::move(l));
     }
     w->ln_post = r.norm("enc.ln_post", d);
