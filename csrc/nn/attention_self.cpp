@@ -101,7 +101,8 @@ void run(const self_attn::Kernels& kern, const float* q, const float* k, const f
     pool.run([&](int t, int nt) {
         for (int64_t h = t; h < n_head; h += nt) {
             float* kh = sc.kt.data() + h * hd * n_kt;
-            for (int64_t c = 0; c < hd; ++c) std::fill(kh + c * n_kt + n, kh + (c + 1) * n_kt, 0.0f);
+            for (int64_t c = 0; c < hd; ++c)
+                std::fill(kh + c * n_kt + n, kh + (c + 1) * n_kt, 0.0f);
             for (int64_t j = 0; j < n; ++j) {
                 const float* kr = k + j * ld + h * hd;
                 for (int64_t c = 0; c < hd; ++c) kh[c * n_kt + j] = kr[c];

@@ -95,7 +95,8 @@ void softmax_to_bf16(float* s, int64_t n, int64_t n_kt, uint16_t* p) {
         sum = _mm512_add_ps(sum, e);
     }
     if (tail) {
-        const __m512 e = _mm512_maskz_mov_ps(tail, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + j), m)));
+        const __m512 x = _mm512_maskz_loadu_ps(tail, s + j);
+        const __m512 e = _mm512_maskz_mov_ps(tail, exp512(_mm512_sub_ps(x, m)));
         _mm512_mask_storeu_ps(s + j, tail, e);
         sum = _mm512_add_ps(sum, e);
     }
@@ -104,7 +105,8 @@ void softmax_to_bf16(float* s, int64_t n, int64_t n_kt, uint16_t* p) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j),
                             to_bf16x16(_mm512_mul_ps(_mm512_loadu_ps(s + j), inv)));
     if (tail)
-        _mm256_mask_storeu_epi16(p + j, tail, to_bf16x16(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail, s + j), inv)));
+        _mm256_mask_storeu_epi16(
+            p + j, tail, to_bf16x16(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail, s + j), inv)));
     std::fill(p + n, p + n_kt, uint16_t(0));   // padding keys take no weight
 }
 
@@ -207,11 +209,12 @@ void block_amx(const float* q, int64_t ld_q, int64_t nq, float scale, const uint
     buf.q.assign(size_t(rows * hd), 0);
     buf.s.resize(size_t(rows * n_kt));
     buf.p.resize(size_t(rows * n_kt));
+    const __m512 vscale = _mm512_set1_ps(scale);
     for (int64_t i = 0; i < nq; ++i)
         for (int64_t c = 0; c < hd; c += 16)
             _mm256_storeu_si256(
                 reinterpret_cast<__m256i*>(buf.q.data() + i * hd + c),
-                to_bf16x16(_mm512_mul_ps(_mm512_loadu_ps(q + i * ld_q + c), _mm512_set1_ps(scale))));
+                to_bf16x16(_mm512_mul_ps(_mm512_loadu_ps(q + i * ld_q + c), vscale)));
     load_config();
     for (int64_t i = 0; i < rows; i += 16)
         scores_tiles(buf.q.data() + i * hd, kp, n_kt, buf.s.data() + i * n_kt);

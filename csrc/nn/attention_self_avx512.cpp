@@ -49,7 +49,8 @@ void scores_avx512(const float* qs, int64_t nq, int64_t hd, const float* kt, int
     }
     for (int64_t j = 0; j < n_kt; j += kKeyPad) {
         int64_t i = 0;
-        for (; i + kQ <= nq; i += kQ) scores_tile<kQ>(qs + i * hd, hd, kt + j, n_kt, s + i * n_kt + j);
+        for (; i + kQ <= nq; i += kQ)
+            scores_tile<kQ>(qs + i * hd, hd, kt + j, n_kt, s + i * n_kt + j);
         const float* qr = qs + i * hd;
         float* sr = s + i * n_kt + j;
         switch (nq - i) {
@@ -96,7 +97,8 @@ template <int V>
 void wsum_rows(const float* p, int64_t ld_p, int64_t nq, const float* v, int64_t ld_v,
                int64_t nk, int64_t hd, float* tot) {
     int64_t i = 0;
-    for (; i + kQ <= nq; i += kQ) wsum_tile<kQ, V>(p + i * ld_p, ld_p, v, ld_v, nk, hd, tot + i * hd);
+    for (; i + kQ <= nq; i += kQ)
+        wsum_tile<kQ, V>(p + i * ld_p, ld_p, v, ld_v, nk, hd, tot + i * hd);
     const float* pr = p + i * ld_p;
     float* tr = tot + i * hd;
     switch (nq - i) {

@@ -27,7 +27,8 @@ uint16_t to_bf16(float v) {
 
 const gemm_amx::Kernels* chosen() {
 #if defined(DASLLAMA_X86)
-    static const gemm_amx::Kernels* k = cpu_features().allows("amx") ? gemm_amx::kernels() : nullptr;
+    static const gemm_amx::Kernels* k =
+        cpu_features().allows("amx") ? gemm_amx::kernels() : nullptr;
     return k;
 #else
     return nullptr;

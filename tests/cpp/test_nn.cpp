@@ -258,7 +258,8 @@ TEST(gemm_bf16_matches_double) {
     const int64_t rows = 320, cols = 96;   // two row groups, the second partial
     auto w = randn(size_t(rows * cols), 21);
     const nn::Bf16Matrix packed = nn::pack_bf16(w.data(), rows, cols);
-    for (const int64_t n : {int64_t(1), int64_t(32), int64_t(70)}) {   // token blocks whole, partial
+    // token blocks partial and whole
+    for (const int64_t n : {int64_t(1), int64_t(32), int64_t(70)}) {
         auto x = randn(size_t(n * cols), 22 + uint32_t(n));
         auto naive = [&](bool swap_pairs) {
             std::vector<double> y(size_t(n * rows));
