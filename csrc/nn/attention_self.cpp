@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <string_view>
 
 #include "core/cpu_features.h"
 #include "core/errors.h"
@@ -175,6 +176,12 @@ void attend_self(const float* q, const float* k, const float* v, int64_t ld, int
         n_head > 0 && ld >= n_head * head_dim && ld_out >= n_head * head_dim) {
         run_bf16(*bf16_kernels(), q, k, v, ld, n, n_head, head_dim, scale, out, ld_out, pool,
                  scratch);
+        return;
+    }
+    if (std::string_view(self_attn::active().isa) == "generic" && n > 0 && n_head > 0 &&
+        head_dim > 0 && ld >= n_head * head_dim && ld_out >= n_head * head_dim) {
+        scratch.heads.assign(k, v, ld, n, n_head, head_dim);
+        attend_all(scratch.heads, q, ld, n, scale, out, ld_out, pool, scratch.heads_scratch);
         return;
     }
     run(self_attn::active(), q, k, v, ld, n, n_head, head_dim, scale, out, ld_out, pool, scratch);

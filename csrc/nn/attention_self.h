@@ -10,6 +10,8 @@
 //
 // The kernels are a dispatched family (cpu/dispatch.h): generic C++ in attention_self.cpp,
 // AVX-512 in attention_self_avx512.cpp; tests/cpp/test_nn.cpp checks each against double.
+// Where only the generic kernels run (AVX2-only x86, arm64), attend_self hands the call to
+// nn::attend_all, whose per-head matmuls use the CPU's vector matmul kernels.
 // AttendPrecision::kBF16 (the reduced-precision lanes) has its own kernels on AMX
 // (attention_self_amx.cpp): the same tasks, both products on the tile unit in bfloat16.
 //
@@ -22,6 +24,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "nn/attention_full.h"
 
 namespace dasllama {
 class ThreadPool;
@@ -43,6 +47,8 @@ struct SelfAttendScratch {
     std::vector<std::vector<float>> shares;  // per pool share: scores, scaled queries, totals
     std::vector<uint16_t> keys_bf16, values_bf16;          // the bfloat16 path's packed heads
     std::vector<self_attn::Bf16Block> blocks;               // per pool share
+    HeadKV heads;                     // the fallback without a vector variant (attend_all)
+    AttendScratch heads_scratch;
 };
 
 // kF32: float32 products (the parity lane). kBF16: queries, keys, probabilities and values

@@ -211,6 +211,12 @@ TEST(attend_self_matches_double) {
             CHECK(within(what.c_str(), rel_l2(out, want), kBarAttendSelf));
             CHECK(bites("  control: unscaled scores", rel_l2(out, unscaled), kBarAttendSelf));
         }
+        // the entry point: the best variant, or attend_all where only generic kernels run
+        nn::SelfAttendScratch scratch;
+        std::vector<float> out(size_t(sh.n * d), -1.0f);
+        nn::attend_self(qkv.data(), qkv.data() + d, qkv.data() + 2 * d, ld, sh.n, sh.n_head,
+                        sh.hd, float(scale), out.data(), d, pool, scratch);
+        CHECK(within("  attend_self (entry point)", rel_l2(out, want), kBarAttendSelf));
     }
     nn::SelfAttendScratch scratch;
     std::vector<float> buf(64);

@@ -50,8 +50,9 @@ struct DecoderLayer {
     nn::Linear qkv, out, cross_q, cross_kv, cross_out, fc1, fc2;
 };
 
-// How the linear layers multiply. kF32: float32 weights (F16 files widened at load) and
-// activations. kInt8: weights quantized to Q8_0 at load (blocks of 32 with an f16 scale) and
+// How the linear layers multiply. kF32: float32 weights and activations (an F16 file's
+// encoder and cross K/V weights widened at load; the decoder's step weights and the tied
+// output read as F16 and widened 16 rows at a time, the same products). kInt8: weights quantized to Q8_0 at load (blocks of 32 with an f16 scale) and
 // activations rounded to 8 bits per block (cpu::Precision::kFast): a quarter of the float32
 // weight traffic. On a CPU with AMX-BF16 the int8 lane's encoder instead multiplies its
 // linears in bfloat16 (weights rounded from the file's values once at load, nn/gemm_bf16.h)
