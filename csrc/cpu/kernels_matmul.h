@@ -167,6 +167,9 @@ struct Kernels {
                           const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy);
     // One Q8_0 row of cols elements to float32, as core/formats.h's dequantize (exactly).
     void (*dequantize_q8_0)(const uint8_t* src, float* dst, int64_t cols);
+    // One F16 row to float32, exactly (F16C where built): an F16 matrix on the float path is
+    // read at half the bytes of a widened copy and multiplied as that copy would be.
+    void (*dequantize_f16)(const uint8_t* src, float* dst, int64_t cols);
 };
 
 // Generic kernels (matmul_generic.cpp), the reference the variants are tested against.
@@ -181,6 +184,7 @@ void gemm_f32_generic(const float* w, int64_t ldw, int64_t n_rows, int64_t cols,
 void gemm_q8_0_f32_generic(const uint8_t* w, int64_t w_row_bytes, int64_t n_rows, int64_t cols,
                            const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy);
 void dequantize_q8_0_generic(const uint8_t* src, float* dst, int64_t cols);
+void dequantize_f16_generic(const uint8_t* src, float* dst, int64_t cols);
 
 // Tiled float kernels (matmul_f32_avx2.cpp, matmul_f32_avx512.cpp; x86-64 builds only).
 void gemm_f32_avx2(const float* w, int64_t ldw, int64_t n_rows, int64_t cols, const float* x,
@@ -188,11 +192,13 @@ void gemm_f32_avx2(const float* w, int64_t ldw, int64_t n_rows, int64_t cols, co
 void gemm_q8_0_f32_avx2(const uint8_t* w, int64_t w_row_bytes, int64_t n_rows, int64_t cols,
                         const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy);
 void dequantize_q8_0_avx2(const uint8_t* src, float* dst, int64_t cols);
+void dequantize_f16_avx2(const uint8_t* src, float* dst, int64_t cols);
 void gemm_f32_avx512(const float* w, int64_t ldw, int64_t n_rows, int64_t cols,
                      const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy);
 void gemm_q8_0_f32_avx512(const uint8_t* w, int64_t w_row_bytes, int64_t n_rows, int64_t cols,
                           const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy);
 void dequantize_q8_0_avx512(const uint8_t* src, float* dst, int64_t cols);
+void dequantize_f16_avx512(const uint8_t* src, float* dst, int64_t cols);
 
 const Kernels* kernels_avx2();    // matmul_avx2.cpp   (x86-64 builds only)
 const Kernels* kernels_avx512();  // matmul_avx512.cpp (x86-64 builds only)

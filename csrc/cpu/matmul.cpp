@@ -35,7 +35,8 @@ const Kernels kGeneric{"generic",
                        mm::gemm_generic,
                        mm::gemm_f32_generic,
                        mm::gemm_q8_0_f32_generic,
-                       mm::dequantize_q8_0_generic};
+                       mm::dequantize_q8_0_generic,
+                       mm::dequantize_f16_generic};
 
 const Variants<Kernels>& variants() {
     static const Variants<Kernels> list{
@@ -147,6 +148,8 @@ void f32_rows(const Kernels& k, const WeightMatrix& w, const float* x, int64_t l
             const uint8_t* src = w.data + r * w.row_bytes;
             if (q8)
                 k.dequantize_q8_0(src, deq + (r - p0) * cols, cols);
+            else if (w.type->type == GgmlType::F16)
+                k.dequantize_f16(src, deq + (r - p0) * cols, cols);
             else
                 w.type->dequantize(src, deq + (r - p0) * cols, cols);
         }

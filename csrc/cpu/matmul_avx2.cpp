@@ -189,7 +189,8 @@ void gemm_avx2(PackKind kind, const uint8_t* w, int64_t wrb, int64_t n_rows, int
 }
 
 const Kernels table{"avx2",        quantize_act_generic, gemm_avx2,
-                    gemm_f32_avx2, gemm_q8_0_f32_avx2,   dequantize_q8_0_avx2};
+                    gemm_f32_avx2, gemm_q8_0_f32_avx2,   dequantize_q8_0_avx2,
+                    dequantize_f16_avx2};
 
 }  // namespace
 

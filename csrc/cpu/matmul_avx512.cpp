@@ -242,7 +242,8 @@ void gemm_avx512(PackKind kind, const uint8_t* w, int64_t wrb, int64_t n_rows, i
 }
 
 const Kernels table{"avx512",        quantize_act_avx512,  gemm_avx512,
-                    gemm_f32_avx512, gemm_q8_0_f32_avx512, dequantize_q8_0_avx512};
+                    gemm_f32_avx512, gemm_q8_0_f32_avx512, dequantize_q8_0_avx512,
+                    dequantize_f16_avx512};
 
 }  // namespace
 

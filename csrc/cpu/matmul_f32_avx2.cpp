@@ -210,6 +210,14 @@ void gemm_q8_0_f32_avx2(const uint8_t* w, int64_t wrb, int64_t n_rows, int64_t c
     over_tiles(n_rows, n_tokens, Q8Tile{w, wrb, nb, x, ldx, y, ldy});
 }
 
+void dequantize_f16_avx2(const uint8_t* src, float* dst, int64_t cols) {
+    int64_t c = 0;
+    for (; c + 8 <= cols; c += 8)
+        _mm256_storeu_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128(
+                                      reinterpret_cast<const __m128i*>(src + 2 * c))));
+    for (; c < cols; ++c) dst[c] = load_f16(src + 2 * c);
+}
+
 void dequantize_q8_0_avx2(const uint8_t* src, float* dst, int64_t cols) {
     for (int64_t b = 0; b < cols / 32; ++b, src += kQ8Bytes, dst += 32) {
         const __m256 d = _mm256_set1_ps(load_f16(src));

@@ -265,6 +265,14 @@ void gemm_q8_0_f32_avx512(const uint8_t* w, int64_t wrb, int64_t n_rows, int64_t
     over_tiles<2, 4>(n_rows, n_tokens, Q8Tile{w, wrb, nb, x, ldx, y, ldy, end});
 }
 
+void dequantize_f16_avx512(const uint8_t* src, float* dst, int64_t cols) {
+    int64_t c = 0;
+    for (; c + 16 <= cols; c += 16)
+        _mm512_storeu_ps(dst + c, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                      reinterpret_cast<const __m256i*>(src + 2 * c))));
+    for (; c < cols; ++c) dst[c] = load_f16(src + 2 * c);
+}
+
 void dequantize_q8_0_avx512(const uint8_t* src, float* dst, int64_t cols) {
     for (int64_t b = 0; b < cols / 32; ++b, src += kQ8Bytes, dst += 32) {
         const __m512 d = _mm512_set1_ps(load_f16(src));

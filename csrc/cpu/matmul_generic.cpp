@@ -133,6 +133,11 @@ void dequantize_q8_0_generic(const uint8_t* src, float* dst, int64_t cols) {
     }
 }
 
+void dequantize_f16_generic(const uint8_t* src, float* dst, int64_t cols) {
+    for (int64_t c = 0; c < cols; ++c)
+        dst[c] = f16_to_f32(static_cast<uint16_t>(src[2 * c] | (src[2 * c + 1] << 8)));
+}
+
 void gemm_q8_0_f32_generic(const uint8_t* w, int64_t w_row_bytes, int64_t n_rows, int64_t cols,
                            const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy) {
     thread_local std::vector<float> row;  // grow-only: no allocation once warm

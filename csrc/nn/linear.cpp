@@ -7,7 +7,12 @@ namespace dasllama::nn {
 
 void linear(const Linear& l, const float* x, int64_t n, float* y, ThreadPool& pool,
             cpu::Precision precision) {
-    cpu::matmul(l.w, x, n, y, pool, precision);
+    if (l.bf16 && n >= kBf16MinRows) {
+        thread_local Bf16GemmScratch scratch;   // the calling thread's rounded activations
+        gemm_bf16(*l.bf16, x, n, y, pool, scratch);
+    } else {
+        cpu::matmul(l.w, x, n, y, pool, precision);
+    }
     if (!l.bias.empty()) cpu::add_rows(y, nullptr, l.bias.data(), n, l.w.rows);
 }
 

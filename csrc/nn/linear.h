@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "cpu/matmul.h"
+#include "nn/gemm_bf16.h"
 
 namespace dasllama {
 class ThreadPool;
@@ -15,7 +17,14 @@ namespace dasllama::nn {
 struct Linear {
     cpu::WeightMatrix w;       // [out, in]
     std::vector<float> bias;   // out floats; empty: no bias
+    // Set by a loader for a reduced-precision lane (nn/gemm_bf16.h): products of at least
+    // kBf16MinRows rows then run in bfloat16 on AMX whatever `precision` says.
+    std::shared_ptr<const Bf16Matrix> bf16;
 };
+
+// Below this many rows a bfloat16 product is not worth rounding the activations for: decode
+// steps keep the integer kernels.
+constexpr int64_t kBf16MinRows = 64;
 
 // y [n, out] = x [n, in] W^T + bias.
 void linear(const Linear& l, const float* x, int64_t n, float* y, ThreadPool& pool,

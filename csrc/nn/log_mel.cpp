@@ -41,9 +41,38 @@ void PowerSpectrum::compute(const float* audio, int64_t n, std::vector<float>& p
         padded_[size_t(half + n + i)] = audio[n - 2 - i];        // and about sample n - 1
     }
     const int64_t frames = n_frames(n);
-    const int64_t bins = n_bins();
-    spectrum_.resize(size_t(frames * 2 * bins));
+    spectrum_.resize(size_t(frames * 2 * n_bins()));
     cpu::matmul_f32_strided(basis_, padded_.data(), hop_, frames, spectrum_.data(), pool);
+    spectrum_to_power(frames, power);
+}
+
+void PowerSpectrum::compute_frames(const float* audio, int64_t n, int64_t zeros, int64_t f0,
+                                   int64_t nf, std::vector<float>& power, ThreadPool& pool) {
+    const int64_t half = n_fft_ / 2, total = n + zeros;
+    if (n < 0 || zeros < 0 || total <= half)
+        throw ShapeError("stft: " + std::to_string(total) + " samples are too few for centered "
+                         "frames of " + std::to_string(n_fft_) + " (at least " +
+                         std::to_string(half + 1) + ")");
+    if (f0 < 0 || nf <= 0 || f0 + nf > n_frames(total))
+        throw ShapeError("stft: frames [" + std::to_string(f0) + ", " + std::to_string(f0 + nf) +
+                         ") of a signal of " + std::to_string(n_frames(total)) + " frames");
+    // Samples [f0 * hop - half, (f0 + nf - 1) * hop - half + n_fft) of the centered signal,
+    // reflected about its first and last samples as compute() pads it.
+    const int64_t first = f0 * hop_ - half, count = (nf - 1) * hop_ + n_fft_;
+    padded_.resize(size_t(count));
+    for (int64_t i = 0; i < count; ++i) {
+        int64_t p = first + i;
+        if (p < 0) p = -p;
+        else if (p >= total) p = 2 * (total - 1) - p;
+        padded_[size_t(i)] = p < n ? audio[p] : 0.0f;
+    }
+    spectrum_.resize(size_t(nf * 2 * n_bins()));
+    cpu::matmul_f32_strided(basis_, padded_.data(), hop_, nf, spectrum_.data(), pool);
+    spectrum_to_power(nf, power);
+}
+
+void PowerSpectrum::spectrum_to_power(int64_t frames, std::vector<float>& power) {
+    const int64_t bins = n_bins();
     power.resize(size_t(frames * bins));
     for (int64_t f = 0; f < frames; ++f) {
         const float* s = spectrum_.data() + f * 2 * bins;

@@ -32,8 +32,17 @@ public:
     // audio [n] -> power [n_frames(n), n_bins] (resized). Throws ShapeError when n is too short
     // to reflect (n <= n_fft / 2).
     void compute(const float* audio, int64_t n, std::vector<float>& power, ThreadPool& pool);
+    // Frames [f0, f0 + nf) of compute() over the signal audio[0..n) followed by `zeros` zero
+    // samples, without padding a copy of the whole signal: the same values compute() gives
+    // those frames (each frame is its own row of the product), so a long clip can be taken a
+    // stretch at a time in bounded memory. power [nf, n_bins] (resized). Throws ShapeError as
+    // compute() does, and for frames outside [0, n_frames(n + zeros)).
+    void compute_frames(const float* audio, int64_t n, int64_t zeros, int64_t f0, int64_t nf,
+                        std::vector<float>& power, ThreadPool& pool);
 
 private:
+    void spectrum_to_power(int64_t frames, std::vector<float>& power);
+
     int64_t n_fft_, hop_;
     std::vector<float> basis_data_;   // [2 * n_bins, n_fft]: cos rows, then -sin rows
     cpu::WeightMatrix basis_;

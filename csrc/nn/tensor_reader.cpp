@@ -35,6 +35,9 @@ std::vector<float> TensorReader::floats(const std::string& name,
                           " cannot be read as float");
     std::vector<float> out(static_cast<size_t>(n));
     dequantize(*t.traits, f_->tensor_data(t), out.data(), n);
+    // The copy is what the model keeps: the file's pages of this tensor need not stay
+    // resident (a view of the same tensor elsewhere faults back in what it reads).
+    f_->source(t.file)->release(f_->tensor_data(t), t.nbytes);
     return out;
 }
 

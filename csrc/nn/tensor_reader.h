@@ -29,7 +29,9 @@ public:
     // The tensor `name`; GGUFError when it is missing, ShapeError when its shape is not `shape`.
     const GGUFTensor& get(const std::string& name, const std::vector<int64_t>& shape) const;
     // Its values widened to float32 (core/formats.h's dequantization); FormatError for a type
-    // without a dequantizer or an element count that does not fill its blocks.
+    // without a dequantizer or an element count that does not fill its blocks. The tensor's
+    // pages of a mapped file are released afterwards (the copy is what a loader keeps), so a
+    // model converted at load does not also hold its file resident.
     std::vector<float> floats(const std::string& name, const std::vector<int64_t>& shape) const;
 
 protected:

@@ -5,6 +5,8 @@
 //   one token's row kernels, the tiles, Q8_0 widened in registers or dequantized first, all
 //   keep one summation order.
 // - Several matrices over one input in one pool job equal separate calls.
+// - An F16 matrix (rows widened 16 at a time by each variant's dequantize_f16) equals its
+//   values widened to an F32 matrix once, for one token and for many.
 // - Overlapping activation rows (matmul_f32_strided: a convolution's windows read in place)
 //   equal the same windows copied out (im2col), and both match a double product.
 // The comparison against the double product has a negative control that must miss its bar.
@@ -78,6 +80,34 @@ TEST(a_token_does_not_depend_on_its_batch) {
     cpu::matmul(w, x.data(), 1, a.data(), pool, Precision::kF32);
     x[63] += 1.0f;
     cpu::matmul(w, x.data(), 1, b.data(), pool, Precision::kF32);
+    CHECK(!same_bits(a, b.data()));
+}
+
+TEST(f16_rows_equal_their_f32_widening) {
+    std::mt19937 rng(13);
+    ThreadPool pool(2);
+    const int64_t rows = 70, cols = 600;   // a partial vector at every row's end (600 % 16 = 8)
+    const auto data = weights("F16", rows, cols, rng);
+    std::vector<float> wide(static_cast<size_t>(rows * cols));
+    dequantize(*type_traits("F16"), data.data(), wide.data(), rows * cols);
+    const auto w16 = cpu::prepare_weight(*type_traits("F16"), rows, cols, data.data(), nullptr);
+    const auto w32 = cpu::prepare_weight(*type_traits("F32"), rows, cols,
+                                         reinterpret_cast<const uint8_t*>(wide.data()), nullptr);
+    const auto x = normals(9 * cols, rng);
+    for (const std::string& v : cpu::matmul_variants())
+        for (int64_t n : {1, 9}) {
+            std::vector<float> a(static_cast<size_t>(n * rows)), b(a.size());
+            cpu::matmul_with(v, w16, x.data(), n, a.data(), pool, Precision::kF32);
+            cpu::matmul_with(v, w32, x.data(), n, b.data(), pool, Precision::kF32);
+            CHECK_MSG(same_bits(a, b.data()), "F16/" + v + ", " + std::to_string(n) + " tokens");
+        }
+    // Negative control: one weight's last bit flipped changes its row's output.
+    auto other = data;
+    other[0] ^= 1;
+    const auto w16b = cpu::prepare_weight(*type_traits("F16"), rows, cols, other.data(), nullptr);
+    std::vector<float> a(static_cast<size_t>(rows)), b(a.size());
+    cpu::matmul(w16, x.data(), 1, a.data(), pool, Precision::kF32);
+    cpu::matmul(w16b, x.data(), 1, b.data(), pool, Precision::kF32);
     CHECK(!same_bits(a, b.data()));
 }
 

@@ -1,6 +1,7 @@
 // csrc/nn (the blocks the speech models share) against plain double-precision versions written
-// here from the definitions: 1-D convolution, STFT power, bidirectional attention (its few-query
-// and matmul paths), LayerNorm, erf GELU, softmax, log-sum-exp. Every comparison prints its
+// here from the definitions: 1-D convolution, STFT power (whole and by frames), bidirectional
+// attention (attend_all's few-query and matmul paths; attend_self per variant and in bfloat16),
+// the bfloat16 product, LayerNorm, erf GELU, softmax, log-sum-exp. Every comparison prints its
 // error next to its bar; each has a negative control, a plausible bug whose error must exceed
 // the bar tenfold.
 #include <algorithm>
@@ -16,7 +17,9 @@
 #include "core/thread_pool.h"
 #include "nn/activations.h"
 #include "nn/attention_full.h"
+#include "nn/attention_self.h"
 #include "nn/conv1d.h"
+#include "nn/gemm_bf16.h"
 #include "nn/layer_norm.h"
 #include "nn/log_mel.h"
 
@@ -28,6 +31,15 @@ constexpr double kBarConv = 3e-7;
 constexpr double kBarStft = 5e-7;
 constexpr double kBarAttend = 4e-7;
 constexpr double kBarNorm = 2e-7;
+// attend_self at head_dim 64 (Whisper's): each score sums 64 float32 products and the softmax
+// turns their rounding into relative errors of the weights: measured 3.4e-7 (both variants),
+// 1.5e-7 at head_dim 16 and 2.4e-7 at 24.
+constexpr double kBarAttendSelf = 1e-6;
+// attend_self's bfloat16 path (AMX): queries, keys, probabilities and values rounded to 8
+// significant bits; measured 3.3e-3 (random normal rows, head_dim 64).
+constexpr double kBarAttendBf16 = 1e-2;
+// gemm_bf16: both operands rounded to bfloat16, float32 sums: measured 2.3e-3 (random normal).
+constexpr double kBarGemmBf16 = 1e-2;
 // The vector kernels (erfc fitted to 1.2e-7, a polynomial exp of about 1 ulp): measured
 // gelu_erf 3.2e-8, softmax_row 4.6e-8.
 constexpr double kBarGelu = 1.5e-7;
@@ -142,6 +154,139 @@ TEST(power_spectrum_matches_dft) {
     CHECK(bites("  control: frames one hop late", rel_l2(p, naive_power(x, 400, 160, 1)),
                 kBarStft));
     CHECK_THROWS_AS(stft.compute(x.data(), 200, p, pool), ShapeError);
+}
+
+TEST(power_spectrum_frames_equal_the_whole_signal) {
+    ThreadPool pool(2);
+    const int64_t n = 2000, zeros = 160;
+    auto x = randn(size_t(n), 9, 0.3f);
+    std::vector<float> padded(x);
+    padded.resize(size_t(n + zeros), 0.0f);
+    nn::PowerSpectrum stft(400, 160);
+    std::vector<float> whole, part;
+    stft.compute(padded.data(), n + zeros, whole, pool);
+    const int64_t frames = stft.n_frames(n + zeros), bins = stft.n_bins();
+    // the first frames (reflected about sample 0), the middle, the last (reflected zeros)
+    for (int64_t f0 : {int64_t(0), int64_t(3), frames - 4}) {
+        stft.compute_frames(x.data(), n, zeros, f0, 4, part, pool);
+        REQUIRE(int64_t(part.size()) == 4 * bins);
+        const std::vector<float> want(whole.begin() + f0 * bins, whole.begin() + (f0 + 4) * bins);
+        CHECK_MSG(part == want, "compute_frames(" + std::to_string(f0) + ", 4) != compute()");
+        // control: the same frames one hop later differ
+        const int64_t g0 = f0 == 0 ? 1 : f0 - 1;
+        const std::vector<float> other(whole.begin() + g0 * bins, whole.begin() + (g0 + 4) * bins);
+        CHECK(rel_l2(part, std::vector<double>(other.begin(), other.end())) > 1e-2);
+    }
+    CHECK_THROWS_AS(stft.compute_frames(x.data(), n, zeros, frames - 3, 4, part, pool), ShapeError);
+    CHECK_THROWS_AS(stft.compute_frames(x.data(), n, zeros, -1, 4, part, pool), ShapeError);
+    CHECK_THROWS_AS(stft.compute_frames(x.data(), 100, 100, 0, 1, part, pool), ShapeError);
+}
+
+TEST(attend_self_matches_double) {
+    ThreadPool pool(2);
+    // head_dim 64 (Whisper's) and 16 go through the vector tiles, 24 through the generic
+    // fallback; query counts cover whole and partial tiles and blocks, keys a partial pad.
+    struct Shape { int64_t n_head, hd, n; };
+    for (const Shape sh : {Shape{3, 64, 150}, Shape{2, 16, 31}, Shape{2, 24, 70}}) {
+        const int64_t d = sh.n_head * sh.hd, ld = 3 * d;
+        auto qkv = randn(size_t(sh.n * ld), 11 + uint32_t(sh.hd));
+        std::vector<float> q(size_t(sh.n * d)), k(q.size()), v(q.size());
+        for (int64_t t = 0; t < sh.n; ++t)
+            for (int64_t c = 0; c < d; ++c) {
+                q[size_t(t * d + c)] = qkv[size_t(t * ld + c)];
+                k[size_t(t * d + c)] = qkv[size_t(t * ld + d + c)];
+                v[size_t(t * d + c)] = qkv[size_t(t * ld + 2 * d + c)];
+            }
+        const double scale = 1.0 / std::sqrt(double(sh.hd));
+        const auto want = naive_attend(q, sh.n, k, v, sh.n, sh.n_head, sh.hd, scale);
+        const auto unscaled = naive_attend(q, sh.n, k, v, sh.n, sh.n_head, sh.hd, 1.0);
+        for (const std::string& isa : nn::self_attn::available_variants()) {
+            nn::SelfAttendScratch scratch;
+            std::vector<float> out(size_t(sh.n * d), -1.0f);
+            nn::attend_self_with(isa, qkv.data(), qkv.data() + d, qkv.data() + 2 * d, ld, sh.n,
+                                 sh.n_head, sh.hd, float(scale), out.data(), d, pool, scratch);
+            const std::string what = "attend_self " + isa + ", " + std::to_string(sh.n_head) +
+                                     " heads of " + std::to_string(sh.hd) + ", " +
+                                     std::to_string(sh.n) + " rows";
+            CHECK(within(what.c_str(), rel_l2(out, want), kBarAttendSelf));
+            CHECK(bites("  control: unscaled scores", rel_l2(out, unscaled), kBarAttendSelf));
+        }
+        // the entry point: the best variant, or attend_all where only generic kernels run
+        nn::SelfAttendScratch scratch;
+        std::vector<float> out(size_t(sh.n * d), -1.0f);
+        nn::attend_self(qkv.data(), qkv.data() + d, qkv.data() + 2 * d, ld, sh.n, sh.n_head,
+                        sh.hd, float(scale), out.data(), d, pool, scratch);
+        CHECK(within("  attend_self (entry point)", rel_l2(out, want), kBarAttendSelf));
+    }
+    nn::SelfAttendScratch scratch;
+    std::vector<float> buf(64);
+    CHECK_THROWS_AS(nn::attend_self(buf.data(), buf.data(), buf.data(), 8, 0, 1, 8, 1.0f,
+                                    buf.data(), 8, pool, scratch), ShapeError);
+}
+
+TEST(attend_self_bf16_matches_double) {
+    if (!nn::bf16_available(nn::self_attn::kBf16HeadDim)) {
+        std::printf("  skipped: no AMX bfloat16 kernels on this CPU or build\n");
+        return;
+    }
+    ThreadPool pool(2);
+    // query blocks whole and partial, a last tile of 16 rows partial, keys padded
+    for (const int64_t n : {int64_t(16), int64_t(70), int64_t(150)}) {
+        const int64_t n_head = 2, hd = nn::self_attn::kBf16HeadDim, d = n_head * hd, ld = 3 * d;
+        auto qkv = randn(size_t(n * ld), 17 + uint32_t(n));
+        std::vector<float> q(size_t(n * d)), k(q.size()), v(q.size());
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t c = 0; c < d; ++c) {
+                q[size_t(t * d + c)] = qkv[size_t(t * ld + c)];
+                k[size_t(t * d + c)] = qkv[size_t(t * ld + d + c)];
+                v[size_t(t * d + c)] = qkv[size_t(t * ld + 2 * d + c)];
+            }
+        const double scale = 1.0 / std::sqrt(double(hd));
+        nn::SelfAttendScratch scratch;
+        std::vector<float> out(size_t(n * d), -1.0f);
+        nn::attend_self(qkv.data(), qkv.data() + d, qkv.data() + 2 * d, ld, n, n_head, hd,
+                        float(scale), out.data(), d, pool, scratch, nn::AttendPrecision::kBF16);
+        const std::string what = "attend_self bf16, " + std::to_string(n) + " rows";
+        CHECK(within(what.c_str(), rel_l2(out, naive_attend(q, n, k, v, n, n_head, hd, scale)),
+                     kBarAttendBf16));
+        CHECK(bites("  control: unscaled scores",
+                    rel_l2(out, naive_attend(q, n, k, v, n, n_head, hd, 1.0)), kBarAttendBf16));
+    }
+}
+
+TEST(gemm_bf16_matches_double) {
+    CHECK_THROWS_AS(nn::pack_bf16(nullptr, 48, 64), ShapeError);
+    if (!nn::gemm_bf16_available()) {
+        std::printf("  skipped: no AMX bfloat16 kernels on this CPU or build\n");
+        return;
+    }
+    ThreadPool pool(2);
+    const int64_t rows = 320, cols = 96;   // two row groups, the second partial
+    auto w = randn(size_t(rows * cols), 21);
+    const nn::Bf16Matrix packed = nn::pack_bf16(w.data(), rows, cols);
+    // token blocks partial and whole
+    for (const int64_t n : {int64_t(1), int64_t(32), int64_t(70)}) {
+        auto x = randn(size_t(n * cols), 22 + uint32_t(n));
+        auto naive = [&](bool swap_pairs) {
+            std::vector<double> y(size_t(n * rows));
+            for (int64_t t = 0; t < n; ++t)
+                for (int64_t r = 0; r < rows; ++r) {
+                    double s = 0;
+                    for (int64_t c = 0; c < cols; ++c)
+                        s += double(w[size_t(r * cols + (swap_pairs ? c ^ 1 : c))]) *
+                             x[size_t(t * cols + c)];
+                    y[size_t(t * rows + r)] = s;
+                }
+            return y;
+        };
+        std::vector<float> y(size_t(n * rows), -1.0f);
+        nn::Bf16GemmScratch scratch;
+        nn::gemm_bf16(packed, x.data(), n, y.data(), pool, scratch);
+        const std::string what = "gemm_bf16, " + std::to_string(n) + " rows";
+        CHECK(within(what.c_str(), rel_l2(y, naive(false)), kBarGemmBf16));
+        CHECK(bites("  control: the columns of each pair swapped", rel_l2(y, naive(true)),
+                    kBarGemmBf16));
+    }
 }
 
 TEST(attend_all_matches_double) {

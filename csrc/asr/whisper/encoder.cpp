@@ -31,11 +31,16 @@ void Encoder::run(const float* window, std::vector<float>& out, ThreadPool& pool
     proj_.resize(size_t(n * d));
     ff_.resize(size_t(n * 4 * d));
     const float scale = float(1.0 / std::sqrt(double(hd)));
+    // The int8 lane's attention runs in bfloat16 (its bars: tests/test_asr_whisper.py); the
+    // float32 lane keeps float32 products.
+    const nn::AttendPrecision attend = w_.precision == cpu::Precision::kFast
+                                           ? nn::AttendPrecision::kBF16
+                                           : nn::AttendPrecision::kF32;
     for (const EncoderLayer& l : w_.enc) {
         nn::layer_norm(x, l.attn_ln.w.data(), l.attn_ln.b.data(), n, d, kLayerNormEps, h_.data());
         nn::linear(l.qkv, h_.data(), n, qkv_.data(), pool, w_.precision);
-        kv_.assign(qkv_.data() + d, qkv_.data() + 2 * d, 3 * d, n, c.n_audio_head, hd);
-        nn::attend_all(kv_, qkv_.data(), 3 * d, n, scale, attn_.data(), d, pool, scratch_);
+        nn::attend_self(qkv_.data(), qkv_.data() + d, qkv_.data() + 2 * d, 3 * d, n,
+                        c.n_audio_head, hd, scale, attn_.data(), d, pool, scratch_, attend);
         nn::linear(l.out, attn_.data(), n, proj_.data(), pool, w_.precision);
         cpu::add(x, proj_.data(), n * d);
         residual_mlp(l.mlp_ln, l.fc1, l.fc2, x, n, d, w_.precision, pool, h_.data(), ff_.data(),

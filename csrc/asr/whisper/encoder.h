@@ -1,13 +1,14 @@
 // Whisper's audio encoder on the CPU: conv1 (k 3, pad 1) + GELU, conv2 (k 3, stride 2,
 // pad 1) + GELU, sinusoidal positions, pre-LN blocks of bidirectional self-attention
-// (nn/attention_full.h) and a GELU MLP, a final LayerNorm. Float32 arithmetic throughout.
+// (nn/attention_self.h) and a GELU MLP, a final LayerNorm. Float32 arithmetic, but for the
+// int8 lane's linears (8-bit activations) and its attention (bfloat16 products on AMX).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "asr/whisper/weights.h"
-#include "nn/attention_full.h"
+#include "nn/attention_self.h"
 
 namespace dasllama {
 class ThreadPool;
@@ -24,8 +25,7 @@ public:
 private:
     WhisperWeights& w_;
     std::vector<float> in_, c1_, h_, qkv_, attn_, proj_, ff_;
-    nn::HeadKV kv_;
-    nn::AttendScratch scratch_;
+    nn::SelfAttendScratch scratch_;
 };
 
 }  // namespace dasllama::whisper

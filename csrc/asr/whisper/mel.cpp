@@ -1,6 +1,7 @@
 #include "asr/whisper/mel.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "core/errors.h"
@@ -14,18 +15,24 @@ void MelFrontEnd::compute(const float* audio, int64_t n, std::vector<float>& mel
                           ThreadPool& pool) {
     if (n < 0) throw ShapeError("whisper mel: negative sample count " + std::to_string(n));
     const int64_t n_mels = w_.cfg.n_mels;
-    padded_.assign(size_t(n + hop_), 0.0f);
-    std::copy(audio, audio + n, padded_.begin());
-    stft_.compute(padded_.data(), n + hop_, power_, pool);
     const int64_t frames = n_frames(n);   // the spectrum's last frame is dropped
-    nn::mel_log10(w_.mel_filters, power_.data(), frames, kPowerFloor, logmel_, pool);
-    const float top = *std::max_element(logmel_.begin(), logmel_.end());
     mel.resize(size_t(n_mels * frames));
-    for (int64_t f = 0; f < frames; ++f)
-        for (int64_t m = 0; m < n_mels; ++m) {
-            const float v = std::max(logmel_[size_t(f * n_mels + m)], top - kDynamicRange);
-            mel[size_t(m * frames + f)] = (v + 4.0f) / 4.0f;
-        }
+    // Stretch by stretch (the clip with one hop of zeros appended), the log-mel written
+    // straight into its place: the working buffers stay the size of one stretch however long
+    // the clip is.
+    float top = -std::numeric_limits<float>::infinity();
+    for (int64_t f0 = 0; f0 < frames; f0 += kChunkFrames) {
+        const int64_t nf = std::min(kChunkFrames, frames - f0);
+        stft_.compute_frames(audio, n, hop_, f0, nf, power_, pool);
+        nn::mel_log10(w_.mel_filters, power_.data(), nf, kPowerFloor, logmel_, pool);
+        for (int64_t f = 0; f < nf; ++f)
+            for (int64_t m = 0; m < n_mels; ++m) {
+                const float v = logmel_[size_t(f * n_mels + m)];
+                top = std::max(top, v);
+                mel[size_t(m * frames + f0 + f)] = v;
+            }
+    }
+    for (float& v : mel) v = (std::max(v, top - kDynamicRange) + 4.0f) / 4.0f;
 }
 
 void cut_window(const float* mel, int64_t n_mels, int64_t total, int64_t seek, int64_t size,

@@ -20,6 +20,9 @@ namespace dasllama::whisper {
 // Log-mel values are clamped to (the clip's maximum - kDynamicRange): Whisper's 80 dB range.
 constexpr float kDynamicRange = 8.0f;
 constexpr float kPowerFloor = 1e-10f;   // log10 is taken of max(power, floor)
+// Frames per stretch of the front end's working buffers (one 30 s window): a clip of hours
+// needs only its output, not spectra of every frame at once.
+constexpr int64_t kChunkFrames = 3000;
 
 class MelFrontEnd {
 public:
@@ -33,7 +36,7 @@ private:
     const WhisperWeights& w_;
     int64_t hop_;
     nn::PowerSpectrum stft_;
-    std::vector<float> padded_, power_, logmel_;
+    std::vector<float> power_, logmel_;   // one stretch each
 };
 
 // frames [seek, seek + size) of mel [n_mels, total] into out [n_mels, window] (resized), zeros

@@ -47,8 +47,12 @@ public:
 
     // A matrix for the float32 kernels: F32 views the mapping; any other type is widened to
     // float32 once here, so no product converts its rows again (the F16 weights of a
-    // CTranslate2 model would otherwise be widened row by row at every call).
-    cpu::WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const {
+    // CTranslate2 model would otherwise be widened row by row at every call). few_rows: the
+    // matrix only meets a few rows at a time (decoding steps), where reading F16 from the
+    // mapping (widened 16 rows at a time with F16C, the same products) halves the bytes
+    // each step streams; F16 then stays a view.
+    cpu::WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols,
+                             bool few_rows = false) const {
         const GGUFTensor& t = get(name, {rows, cols});
         try {
             if (compute_ == ComputeType::kInt8) {
@@ -62,7 +66,7 @@ public:
                 quantize(q8, values.data(), packed->data(), rows * cols);
                 return cpu::prepare_weight(q8, rows, cols, packed->data(), packed);
             }
-            if (t.traits->type == GgmlType::F32)
+            if (t.traits->type == GgmlType::F32 || (few_rows && t.traits->type == GgmlType::F16))
                 return cpu::prepare_weight(*t.traits, rows, cols, f_->tensor_data(t), f_);
             auto wide = std::make_shared<std::vector<float>>(floats(name, {rows, cols}));
             return cpu::prepare_weight(*type_traits(uint32_t(GgmlType::F32)), rows, cols,
@@ -72,8 +76,20 @@ public:
         }
     }
 
-    nn::Linear linear(const std::string& p, int64_t out, int64_t in) const {
-        return {matrix(p + ".weight", out, in), floats(p + ".bias", {out})};
+    nn::Linear linear(const std::string& p, int64_t out, int64_t in, bool few_rows = false) const {
+        return {matrix(p + ".weight", out, in, few_rows), floats(p + ".bias", {out}), nullptr};
+    }
+
+    // linear(), plus for the int8 lane on a CPU with AMX-BF16 the weights in bfloat16 for the
+    // encoder's 1500-row products (nn/gemm_bf16.h); the Q8_0 copy stays for short inputs.
+    nn::Linear encoder_linear(const std::string& p, int64_t out, int64_t in) const {
+        nn::Linear l = linear(p, out, in);
+        if (compute_ == ComputeType::kInt8 && nn::gemm_bf16_available() && out % 32 == 0 &&
+            in % 32 == 0) {
+            const std::vector<float> values = floats(p + ".weight", {out, in});
+            l.bf16 = std::make_shared<nn::Bf16Matrix>(nn::pack_bf16(values.data(), out, in));
+        }
+        return l;
     }
 
     Norm norm(const std::string& p, int64_t n) const {
@@ -176,29 +192,29 @@ std::shared_ptr<WhisperWeights> load_whisper(const std::string& path, ComputeTyp
         const std::string p = "enc.blk." + std::to_string(i) + ".";
         EncoderLayer l;
         l.attn_ln = r.norm(p + "attn_ln", d);
-        l.qkv = r.linear(p + "attn.qkv", 3 * d, d);
-        l.out = r.linear(p + "attn.out", d, d);
+        l.qkv = r.encoder_linear(p + "attn.qkv", 3 * d, d);
+        l.out = r.encoder_linear(p + "attn.out", d, d);
         l.mlp_ln = r.norm(p + "mlp_ln", d);
-        l.fc1 = r.linear(p + "mlp.fc1", ff, d);
-        l.fc2 = r.linear(p + "mlp.fc2", d, ff);
+        l.fc1 = r.encoder_linear(p + "mlp.fc1", ff, d);
+        l.fc2 = r.encoder_linear(p + "mlp.fc2", d, ff);
         w->enc.push_back(std::move(l));
     }
     w->ln_post = r.norm("enc.ln_post", d);
-    w->tok_emb = r.matrix("dec.tok_emb", c.n_vocab, d);
+    w->tok_emb = r.matrix("dec.tok_emb", c.n_vocab, d, true);
     w->dec_pos = r.floats("dec.pos", {c.n_text_ctx, d});
     for (int64_t i = 0; i < c.n_text_layer; ++i) {
         const std::string p = "dec.blk." + std::to_string(i) + ".";
         DecoderLayer l;
         l.attn_ln = r.norm(p + "attn_ln", d);
-        l.qkv = r.linear(p + "attn.qkv", 3 * d, d);
-        l.out = r.linear(p + "attn.out", d, d);
+        l.qkv = r.linear(p + "attn.qkv", 3 * d, d, true);
+        l.out = r.linear(p + "attn.out", d, d, true);
         l.cross_ln = r.norm(p + "cross_ln", d);
-        l.cross_q = r.linear(p + "cross.q", d, d);
+        l.cross_q = r.linear(p + "cross.q", d, d, true);
         l.cross_kv = r.linear(p + "cross.kv", 2 * d, d);
-        l.cross_out = r.linear(p + "cross.out", d, d);
+        l.cross_out = r.linear(p + "cross.out", d, d, true);
         l.mlp_ln = r.norm(p + "mlp_ln", d);
-        l.fc1 = r.linear(p + "mlp.fc1", ff, d);
-        l.fc2 = r.linear(p + "mlp.fc2", d, ff);
+        l.fc1 = r.linear(p + "mlp.fc1", ff, d, true);
+        l.fc2 = r.linear(p + "mlp.fc2", d, ff, true);
         w->dec.push_back(std::move(l));
     }
     w->dec_ln = r.norm("dec.ln", d);
