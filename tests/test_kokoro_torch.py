@@ -186,6 +186,28 @@ def check_albert_activation(m):
             GELU_BAR, rel(other, m.o["d_en"]))
 
 
+def check_albert_erf_gelu(m):
+    """A model whose config names the erf GELU ("gelu"): the package's ALBERT layer with that
+    activation against the reference told so by the file (the converter maps the name;
+    test_kokoro_torch_convert checks the mapping)."""
+    torch = require("torch")
+    from transformers.activations import ACT2FN
+
+    layer = m.parts["bert"].encoder.albert_layer_groups[0].albert_layers[0]
+    tanh_form = layer.activation
+    layer.activation = ACT2FN["gelu"]
+    try:
+        ids = torch.from_numpy(m.ids)[None]
+        with torch.no_grad():
+            want = m.parts["bert_encoder"](m.parts["bert"](
+                ids, attention_mask=torch.ones_like(ids)))[0].numpy()
+    finally:
+        layer.activation = tanh_form
+    erf = km.with_weights(m.ref, meta={"kokoro.bert.activation": "gelu"})
+    return ("d_en with the erf GELU (control: the tanh form)", rel(erf.albert(m.ids), want),
+            GELU_BAR, rel(m.ref.albert(m.ids), want))
+
+
 def check_duration_encoder(m):
     err = rel(m.ref.duration_encoder(m.o["d_en"], m.s_pred), m.o["d"])
     swapped = _swap_directions(m.ref, "predictor.text_encoder.lstms.0")
@@ -279,7 +301,8 @@ def _assert(m, result):
         assert control >= CONTROL_RATIO * bar, what
 
 
-KITTEN_CHECKS = (check_albert, check_albert_activation, check_duration_encoder,
+KITTEN_CHECKS = (check_albert, check_albert_activation, check_albert_erf_gelu,
+                 check_duration_encoder,
                  check_durations, check_f0_energy, check_text_encoder, check_decoder,
                  check_source, check_spectrum, check_generator)
 

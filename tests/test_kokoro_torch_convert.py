@@ -143,6 +143,22 @@ def test_unknown_and_malformed_keys_fail_naming_them(kitten):
             "bert.encoder.albert_layer_groups.0.albert_layers.1.ffn.bias": np.zeros(3)}), cfg)
 
 
+def test_albert_activation_names_map_to_the_layouts(kitten):
+    from dasllama.convert.kokoro_torch import tensors_from_state_dict
+
+    parts, _, _, _ = kitten
+    base = _flat(parts)
+    cfg = km.KITTEN_LIKE
+    for name, want in (("gelu", "gelu"), ("gelu_new", "gelu_new"),
+                       ("gelu_pytorch_tanh", "gelu_new")):
+        _, meta = tensors_from_state_dict(base, dict(cfg, plbert=dict(cfg["plbert"],
+                                                                      hidden_act=name)))
+        assert meta["kokoro.bert.activation"] == ("str", want), name
+    plbert = {k: v for k, v in cfg["plbert"].items() if k != "hidden_act"}   # the default
+    _, meta = tensors_from_state_dict(base, dict(cfg, plbert=plbert))
+    assert meta["kokoro.bert.activation"] == ("str", "gelu_new")
+
+
 def test_config_errors_name_the_field(kitten):
     from dasllama.convert.kokoro_torch import tensors_from_state_dict
     from dasllama.errors import ConvertError
