@@ -8,6 +8,7 @@
     dasllama convert whisper faster-whisper-tiny.en/ -o whisper-tiny.en.gguf
     dasllama convert whisper ggml-base.en-q5_0.bin -o whisper-base.en.gguf
     dasllama convert kokoro kokoro-v1.0.int8.onnx --voices voices_ja.npz -o kokoro.gguf
+    dasllama convert kokoro kokoro-v1_0.pth --config config.json --voices af_heart.pt -o kokoro.gguf
 
 ``add_convert_parser(sub)`` adds the command to dasllama's own argument parser (the
 subparsers object of ``dasllama.cli.main``); each command sets ``run``, which returns the
