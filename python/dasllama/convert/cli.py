@@ -8,6 +8,7 @@
     dasllama convert whisper faster-whisper-tiny.en/ -o whisper-tiny.en.gguf
     dasllama convert whisper ggml-base.en-q5_0.bin -o whisper-base.en.gguf
     dasllama convert kokoro kokoro-v1.0.int8.onnx --voices voices_ja.npz -o kokoro.gguf
+    dasllama convert kokoro kokoro-v1_0.pth --config config.json --voices af_heart.pt -o kokoro.gguf
 
 ``add_convert_parser(sub)`` adds the command to dasllama's own argument parser (the
 subparsers object of ``dasllama.cli.main``); each command sets ``run``, which returns the
@@ -47,13 +48,26 @@ def _cmd_whisper(args) -> int:
 
 
 def _cmd_kokoro(args) -> int:
-    from .kokoro import convert_kokoro
+    from . import ConvertError
 
     start = time.perf_counter()
-    out = convert_kokoro(args.model, args.voices, args.output, vocab=args.vocab)
+    if str(args.model).endswith((".pth", ".pt")):   # hexgrad's PyTorch checkpoint
+        from .kokoro_torch import convert_kokoro_torch
+
+        if args.config is None:
+            raise ConvertError(f"{args.model}: a PyTorch checkpoint needs --config config.json")
+        out = convert_kokoro_torch(args.model, args.config, args.voices, args.output)
+        what = "float32 weights"
+    else:
+        from .kokoro import convert_kokoro
+
+        if len(args.voices) != 1:
+            raise ConvertError(f"an ONNX graph takes one --voices file, got {len(args.voices)}")
+        out = convert_kokoro(args.model, args.voices[0], args.output, vocab=args.vocab)
+        what = "integer weights kept as int8 with their scales and zero points"
     size = out.stat().st_size
-    print(f"wrote {out} ({size / 2**20:.1f} MiB; integer weights kept as int8 with their scales "
-          f"and zero points) in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    print(f"wrote {out} ({size / 2**20:.1f} MiB; {what}) in {time.perf_counter() - start:.1f} s",
+          file=sys.stderr)
     return 0
 
 
@@ -92,13 +106,20 @@ def add_convert_parser(sub) -> argparse.ArgumentParser:
                         "filters are f32")
     q.set_defaults(run=_cmd_whisper)
     q = models.add_parser(
-        "kokoro", help="Kokoro / Kitten TTS: an ONNX graph (float or int8) and voice packs",
-        description="Convert a Kokoro or Kitten TTS ONNX graph (as kokoro-onnx exports it), its "
-                    "voice packs and phoneme vocabulary to one GGUF. Dimensions come from the "
-                    "graph; a node or initializer the converter does not know fails by name.")
-    q.add_argument("model", metavar="MODEL.onnx", help="the ONNX graph")
-    q.add_argument("--voices", required=True, metavar="VOICES",
-                   help="voice packs: .npz (kokoro-onnx's .bin is one), or .pt")
+        "kokoro", help="Kokoro / Kitten TTS: an ONNX graph (float or int8) or hexgrad's PyTorch "
+                       "checkpoint, and voice packs",
+        description="Convert a Kokoro or Kitten TTS ONNX graph (as kokoro-onnx exports it), or "
+                    "hexgrad's PyTorch checkpoint (.pth, with --config), its voice packs and "
+                    "phoneme vocabulary to one GGUF. Dimensions come from the graph or the "
+                    "checkpoint and config; a node, initializer or key the converter does not "
+                    "know fails by name.")
+    q.add_argument("model", metavar="MODEL", help="the ONNX graph (.onnx) or the KModel "
+                                                  "checkpoint (.pth)")
+    q.add_argument("--voices", required=True, nargs="+", metavar="VOICES",
+                   help="voice packs: .npz (kokoro-onnx's .bin is one), or .pt (several for a "
+                        "checkpoint: one file per voice, as hexgrad ships them)")
+    q.add_argument("--config", default=None, metavar="CONFIG.json",
+                   help="a checkpoint's config.json (widths, plbert, istftnet, vocab)")
     q.add_argument("--vocab", default=None, metavar="VOCAB.json",
                    help="the phoneme vocabulary ({\"vocab\": {symbol: id}}, kokoro's config.json); "
                         "default: vocab.json or config.json beside the model or the voices")

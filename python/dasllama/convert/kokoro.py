@@ -41,6 +41,8 @@ module that uses them. For a module M:
     decoder.generator.*.alphaK.J (F32 (1, C, 1))          Snake alphas
     decoder.generator.stft.window (F32 (n_fft,))          the STFT analysis window
     decoder.generator.stft.inverse_basis, .window_sum     the exporter's iSTFT basis and sum
+        (a file without .window_sum holds the exact inverse basis: the envelope is the
+        overlap-added squared window, as torch.istft divides by; convert/kokoro_torch.py)
     voice.NAME (F32 (510, 256))                           the voice packs, one row per length
 
 Metadata
@@ -48,6 +50,8 @@ Metadata
     general.architecture = "kokoro", general.name, general.file_type (0 f32 graph, 7 int8)
     kokoro.quantized bool; kokoro.sample_rate u32; kokoro.n_fft u32; kokoro.hop u32
     kokoro.bert.layers u32, kokoro.bert.heads u32 (ALBERT: one layer applied `layers` times)
+    kokoro.bert.activation str (ALBERT's feed-forward activation: "gelu_new", the tanh form,
+        or "gelu", the erf form; absent means gelu_new)
     kokoro.style_split u32[] ([decoder part, predictor part] of the 256-wide style row)
     kokoro.harmonics u32, kokoro.sine_amp f32, kokoro.voiced_threshold f32,
     kokoro.upsample_scale u32 (samples per F0 frame)
@@ -69,7 +73,8 @@ import numpy as np
 from . import ConvertError, GGUFWriter
 from .onnx_graph import OnnxGraph, module_path
 
-__all__ = ["convert_kokoro", "read_graph", "read_voices", "read_vocab", "STRUCTURAL_OPS"]
+__all__ = ["convert_kokoro", "read_graph", "read_voices", "read_vocab", "write_kokoro",
+           "STRUCTURAL_OPS"]
 
 # Ops that move, reshape or combine activations without weights of their own. Their constant
 # inputs must be small (shapes, axes, scalars).
@@ -429,6 +434,8 @@ def _config(g: OnnxGraph, r: _Reader) -> None:
     if heads is None:
         raise ConvertError(f"{g.path}: the attention's head count is not in the graph")
     meta["kokoro.bert.heads"] = ("u32", heads)
+    if any(n.op_type == "FastGelu" for n in g.nodes):   # the exporter's tanh-form GELU
+        meta["kokoro.bert.activation"] = ("str", "gelu_new")
     split = next((n for n in g.nodes if n.op_type == "Split" and "style" in n.input), None)
     if split is None:
         raise ConvertError(f"{g.path}: the style input is not split into two halves")
@@ -540,8 +547,19 @@ def convert_kokoro(model: Union[str, os.PathLike], voices: Union[str, os.PathLik
             raise ConvertError(f"no vocab.json or config.json beside {model} or {voices}; "
                                "pass vocab=")
     tensors, meta = read_graph(model)
-    packs = read_voices(voices)
-    table = read_vocab(vocab)
+    return write_kokoro(tensors, meta, read_voices(voices), read_vocab(vocab), output,
+                        name=name, sources=(voices, vocab))
+
+
+def write_kokoro(tensors: dict, meta: dict, packs: dict[str, np.ndarray],
+                 table: dict[str, int], output: Union[str, os.PathLike], *, name: str = "kokoro",
+                 sources: tuple = ("voices", "vocab"), kind: str = "graph") -> Path:
+    """Write read tensors ({name: (gguf type, array)}), metadata ({key: (value type, value)}),
+    voice packs and vocabulary as one Kokoro GGUF (the layout above). Checks that the
+    vocabulary fits the embedding and that every pack's rows are the style's width; sources
+    names the voices and vocabulary inputs in those errors, kind the model's source ("graph",
+    "checkpoint")."""
+    voices, vocab = sources
     n_tokens = tensors["text_encoder.embedding.weight"][1].shape[0]
     bad = {s: i for s, i in table.items() if i >= n_tokens}
     if bad:
@@ -551,7 +569,7 @@ def convert_kokoro(model: Union[str, os.PathLike], voices: Union[str, os.PathLik
     for vname, v in packs.items():
         if v.shape[1] != style:
             raise ConvertError(f"{voices}: voice {vname!r} rows of {v.shape[1]} values; the "
-                               f"graph's style is {style}")
+                               f"{kind}'s style is {style}")
     w = GGUFWriter()
     w.add("general.architecture", "str", "kokoro")
     w.add("general.name", "str", name)

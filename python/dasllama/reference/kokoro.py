@@ -31,6 +31,11 @@ stage by stage:
    AdaIN residual blocks, conv_post to magnitude (exp) and phase (sin), the graph's iSTFT.
    600 samples per frame, 24 kHz.
 
+A file holds either lane: the int8 graph's (I8 weights with scales and zero points) or float32
+(hexgrad's PyTorch checkpoint, :mod:`dasllama.convert.kokoro_torch`). Each weight-bearing op
+(linear, qconv, lstm, embed) picks its arithmetic from its tensor's type, and ALBERT's
+activation is the one the file names (kokoro.bert.activation).
+
 Every int8 op (DynamicQuantizeLinear, MatMulInteger, ConvInteger, DynamicQuantizeLSTM) is
 done as the graph does it (:mod:`.kokoro_ops`): the integer sums are the graph's bit for bit.
 Float ops are float32; where onnxruntime's arithmetic decides which quantization step a value
@@ -50,9 +55,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .kokoro_ops import (F32, conv1d, conv_integer, conv_transpose1d,
-                         fast_gelu, instance_norm, layer_norm, leaky_relu, lstm_integer,
-                         matmul_integer, resize_linear_half_pixel, sigmoid, softmax)
+from .kokoro_ops import (F32, conv1d, conv_integer, conv_transpose1d, fast_gelu, gelu_erf,
+                         instance_norm, layer_norm, leaky_relu, lstm_float, lstm_integer,
+                         matmul_float, matmul_integer, resize_linear_half_pixel, sigmoid,
+                         softmax)
 
 __all__ = ["ReferenceKokoro", "KokoroOutput", "alignment"]
 
@@ -115,29 +121,59 @@ class ReferenceKokoro:
     def conv_attrs(self, name: str) -> list:
         return self.meta[f"kokoro.conv.{name}"]
 
-    def linear(self, x: np.ndarray, name: str) -> np.ndarray:
-        """A MatMulInteger linear x (..., K) -> (..., N), bias included when present."""
+    # Each weight-bearing op dispatches on its tensor's type: I8 runs the graph's integer
+    # arithmetic with the stored scales and zero points, F32 plain float32 arithmetic.
+    def linear(self, x: np.ndarray, name: str, bias: bool = True) -> np.ndarray:
+        """A linear x (..., K) -> (..., N) (weight (K, N)), bias included when present and
+        asked for: MatMulInteger for I8 weights, a float32 product for F32."""
         w = self.w
-        return matmul_integer(x, w[f"{name}.weight"], w[f"{name}.weight_zp"],
-                              w[f"{name}.weight_scale"], w.get(f"{name}.bias"))
+        weight = w[f"{name}.weight"]
+        b = w.get(f"{name}.bias") if bias else None
+        if weight.dtype == np.int8:
+            return matmul_integer(x, weight, w[f"{name}.weight_zp"], w[f"{name}.weight_scale"],
+                                  b)
+        return matmul_float(x, weight, b)
 
     def qconv(self, x: np.ndarray, name: str) -> np.ndarray:
-        """A ConvInteger convolution x (Cin, L) -> (Cout, L')."""
+        """A convolution x (Cin, L) -> (Cout, L'): ConvInteger for I8 weights, a float32
+        Conv for F32."""
         w = self.w
-        return conv_integer(x, w[f"{name}.weight"], float(w[f"{name}.weight_zp"][0]),
-                            float(w[f"{name}.weight_scale"][0]), self.conv_attrs(name),
-                            w.get(f"{name}.bias"))
+        weight = w[f"{name}.weight"]
+        if weight.dtype == np.int8:
+            return conv_integer(x, weight, float(w[f"{name}.weight_zp"][0]),
+                                float(w[f"{name}.weight_scale"][0]), self.conv_attrs(name),
+                                w.get(f"{name}.bias"))
+        return conv1d(x, weight, w.get(f"{name}.bias"), self.conv_attrs(name))
 
     def lstm(self, x: np.ndarray, name: str) -> np.ndarray:
+        """A bidirectional LSTM x (T, In) -> (T, 2H): DynamicQuantizeLSTM for I8 weights,
+        float32 for F32 (gates i, o, f, c in both)."""
         w = self.w
-        return lstm_integer(x, w[f"{name}.weight_ih"], w[f"{name}.weight_hh"], w[f"{name}.bias"],
-                            w[f"{name}.weight_ih_scale"], w[f"{name}.weight_ih_zp"],
-                            w[f"{name}.weight_hh_scale"], w[f"{name}.weight_hh_zp"])
+        wi, wh, b = w[f"{name}.weight_ih"], w[f"{name}.weight_hh"], w[f"{name}.bias"]
+        if wi.dtype == np.int8:
+            return lstm_integer(x, wi, wh, b, w[f"{name}.weight_ih_scale"],
+                                w[f"{name}.weight_ih_zp"], w[f"{name}.weight_hh_scale"],
+                                w[f"{name}.weight_hh_zp"])
+        return lstm_float(x, wi, wh, b)
 
     def embed(self, ids: np.ndarray, name: str) -> np.ndarray:
+        """Embedding rows: dequantized for an I8 table, as stored for F32."""
         w = self.w
-        q = w[f"{name}.weight"][ids].astype(F32)
+        table = w[f"{name}.weight"]
+        if table.dtype != np.int8:
+            return table[ids].astype(F32)
+        q = table[ids].astype(F32)
         return ((q - w[f"{name}.weight_zp"][0]) * w[f"{name}.weight_scale"][0]).astype(F32)
+
+    def bert_activation(self, x: np.ndarray, bias: np.ndarray) -> np.ndarray:
+        """ALBERT's feed-forward activation on x + bias, as the file names it: "gelu_new" (the
+        tanh form; the graph's FastGelu) or "gelu" (the erf form)."""
+        act = self.meta.get("kokoro.bert.activation", "gelu_new")
+        if act == "gelu_new":
+            return fast_gelu(x, bias)
+        if act == "gelu":
+            return gelu_erf(x, bias)
+        raise ValueError(f"kokoro.bert.activation {act!r} is not gelu_new or gelu")
 
     def ln(self, x: np.ndarray, name: str) -> np.ndarray:
         return layer_norm(x, self.w[f"{name}.weight"], self.w[f"{name}.bias"],
@@ -218,9 +254,8 @@ class ReferenceKokoro:
         ctx = (p @ v.transpose(1, 0, 2)).transpose(1, 0, 2).reshape(t, heads * dim)
         a = self.linear(ctx.astype(F32), f"{layer}.attention.dense")
         a = self.ln((h + a).astype(F32), f"{layer}.attention.LayerNorm")
-        f = matmul_integer(a, self.w[f"{layer}.ffn.weight"], self.w[f"{layer}.ffn.weight_zp"],
-                           self.w[f"{layer}.ffn.weight_scale"])
-        f = fast_gelu(f, self.w[f"{layer}.ffn.bias"])                        # bias inside
+        f = self.linear(a, f"{layer}.ffn", bias=False)
+        f = self.bert_activation(f, self.w[f"{layer}.ffn.bias"])             # bias inside
         f = self.linear(f, f"{layer}.ffn_output")
         return self.ln((f + a).astype(F32), f"{layer}.full_layer_layer_norm")
 
@@ -335,11 +370,21 @@ class ReferenceKokoro:
     def istft(self, spec: np.ndarray, phase: np.ndarray) -> np.ndarray:
         """The graph's inverse: a transposed conv of [spec cos, spec sin] with the exported
         basis, the first n_fft samples divided by the exported window sum, times n_fft / hop,
-        n_fft / 2 trimmed from each end."""
+        n_fft / 2 trimmed from each end. A file without the window sum holds the exact basis
+        and is divided by the squared window's overlap-add instead."""
         n_fft, hop = self.meta["kokoro.n_fft"], self.meta["kokoro.hop"]
         x = np.concatenate([spec * np.cos(phase), spec * np.sin(phase)], axis=0).astype(F32)
         y = conv_transpose1d(x, self.w["decoder.generator.stft.inverse_basis"], None,
                              self.conv_attrs("decoder.generator.stft"))[0]
+        if "decoder.generator.stft.window_sum" not in self.w:
+            # the exact inverse (a converted PyTorch checkpoint): divide by the overlap-added
+            # squared window, as torch.istft does
+            window = self.w["decoder.generator.stft.window"].astype(F32)
+            envelope = np.zeros(len(y), F32)
+            for start in range(0, len(y) - n_fft + 1, hop):
+                envelope[start:start + n_fft] += window * window
+            y = y[n_fft // 2:len(y) - n_fft // 2]
+            return (y / envelope[n_fft // 2:len(envelope) - n_fft // 2]).astype(F32)
         ws = self.w["decoder.generator.stft.window_sum"][:len(y)]
         nz = np.nonzero(ws > np.finfo(np.float32).tiny)[0]
         y = y.copy()

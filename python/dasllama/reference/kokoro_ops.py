@@ -14,14 +14,20 @@ exactly (ONNX operator definitions; onnxruntime's CPU kernels for the com.micros
 - DynamicQuantizeLSTM: each GEMM quantizes its left operand as DynamicQuantizeLinear does: the
   input projection over the whole sequence at once, the recurrent one over h at every step;
   gates in ONNX order (i, o, f, c) with the summed bias Wb + Rb.
+
+A float32 file (hexgrad's PyTorch checkpoint converted) uses the float forms of the same ops
+(matmul_float, conv1d, lstm_float: the same recurrence as lstm_integer with float GEMMs).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-__all__ = ["dynamic_quantize", "matmul_integer", "conv_integer", "lstm_integer",
-           "layer_norm", "instance_norm", "leaky_relu", "sigmoid", "tanh", "fast_gelu", "softmax",
+__all__ = ["dynamic_quantize", "matmul_integer", "conv_integer", "lstm_integer", "lstm_float",
+           "matmul_float", "layer_norm", "instance_norm", "leaky_relu", "sigmoid", "tanh",
+           "fast_gelu", "gelu_erf", "softmax",
            "conv1d", "conv_transpose1d", "resize_linear_half_pixel"]
 
 F32 = np.float32
@@ -86,24 +92,21 @@ def conv_integer(x: np.ndarray, w: np.ndarray, w_zp: float, w_scale: float, attr
     return (acc.astype(F32) * s).astype(F32)
 
 
-def lstm_integer(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray,
-                 w_scale: np.ndarray, w_zp: np.ndarray, r_scale: np.ndarray,
-                 r_zp: np.ndarray) -> np.ndarray:
-    """A bidirectional DynamicQuantizeLSTM over x (T, In): returns (T, 2H), forward then
-    backward. w (2, In, 4H), r (2, H, 4H) int8; b (2, 8H) = [Wb | Rb]; gates i, o, f, c."""
+def _bilstm(x: np.ndarray, project_in, project_h, bias: np.ndarray, hidden: int) -> np.ndarray:
+    """The bidirectional recurrence both lanes share: x (T, In) -> (T, 2H), forward then
+    backward. project_in(d, seq) (T, 4H) and project_h(d, h) (4H,) are the lane's GEMMs for
+    direction d; bias (2, 8H) = [Wb | Rb]; gates in the layout's order i, o, f, c."""
     steps = x.shape[0]
-    hidden = r.shape[1]
     outs = []
     for d in range(2):
         seq = x if d == 0 else x[::-1]
-        bias = (b[d, :4 * hidden] + b[d, 4 * hidden:]).astype(F32)
-        xw = matmul_integer(seq, w[d], w_zp[d:d + 1], w_scale[d:d + 1])       # (T, 4H)
+        b = (bias[d, :4 * hidden] + bias[d, 4 * hidden:]).astype(F32)
+        xw = project_in(d, seq)                                                # (T, 4H)
         h = np.zeros(hidden, F32)
         c = np.zeros(hidden, F32)
         hs = np.zeros((steps, hidden), F32)
         for t in range(steps):
-            hr = matmul_integer(h[None, :], r[d], r_zp[d:d + 1], r_scale[d:d + 1])[0]
-            g = (xw[t] + hr) + bias
+            g = (xw[t] + project_h(d, h)) + b
             i = sigmoid(g[:hidden])
             o = sigmoid(g[hidden:2 * hidden])
             f = sigmoid(g[2 * hidden:3 * hidden])
@@ -113,6 +116,32 @@ def lstm_integer(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray,
             hs[t] = h
         outs.append(hs if d == 0 else hs[::-1])
     return np.concatenate(outs, axis=1)
+
+
+def lstm_integer(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray,
+                 w_scale: np.ndarray, w_zp: np.ndarray, r_scale: np.ndarray,
+                 r_zp: np.ndarray) -> np.ndarray:
+    """A bidirectional DynamicQuantizeLSTM over x (T, In): returns (T, 2H), forward then
+    backward. w (2, In, 4H), r (2, H, 4H) int8; b (2, 8H) = [Wb | Rb]; gates i, o, f, c."""
+    return _bilstm(
+        x, lambda d, seq: matmul_integer(seq, w[d], w_zp[d:d + 1], w_scale[d:d + 1]),
+        lambda d, h: matmul_integer(h[None, :], r[d], r_zp[d:d + 1], r_scale[d:d + 1])[0],
+        b, r.shape[1])
+
+
+def lstm_float(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A bidirectional float LSTM over x (T, In): w (2, In, 4H), r (2, H, 4H) float32, b and
+    the gate order as :func:`lstm_integer`."""
+    return _bilstm(x, lambda d, seq: matmul_float(seq, w[d]),
+                   lambda d, h: (h @ r[d].astype(F32)).astype(F32), b, r.shape[1])
+
+
+def matmul_float(x: np.ndarray, w: np.ndarray, bias=None) -> np.ndarray:
+    """y = x @ w [+ bias] in float32; x (..., K), w (K, N)."""
+    y = np.asarray(x, F32) @ w.astype(F32)
+    if bias is not None:
+        y = y + bias.astype(F32)
+    return y.astype(F32)
 
 
 # ============================================================================ float ops
@@ -174,6 +203,14 @@ def fast_gelu(x: np.ndarray, bias: np.ndarray) -> np.ndarray:
     v = (x + bias).astype(F32)
     inner = (v * (F32(0.7978845608028654) + F32(0.035677408136300125) * v * v)).astype(F32)
     return (v * F32(0.5) * (F32(1) + tanh(inner))).astype(F32)
+
+
+def gelu_erf(x: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """GELU in its erf form (transformers' "gelu"): v * 0.5 * (1 + erf(v / sqrt 2)), v = x +
+    bias; erf in float64."""
+    v = (x + bias).astype(F32)
+    erf = np.vectorize(math.erf, otypes=[np.float64])(v.astype(np.float64) / math.sqrt(2.0))
+    return (v * F32(0.5) * (F32(1) + erf.astype(F32))).astype(F32)
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
