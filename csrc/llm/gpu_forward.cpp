@@ -186,8 +186,9 @@ bool GpuForward::stage(gpu::Encoder& e, std::initializer_list<const DeviceMatrix
                        gpu::Buffer& x, uint32_t x_off, uint32_t x_stride, int64_t cols, int64_t n,
                        const ProjectionInput& in) {
     const bool coopmat = coopmat_ && !recorded_.exact;
-    for (const DeviceMatrix* m : ms)
-        if (m->cols != cols || !gpu::staged_panel(m->format, cols, n, in.mode, coopmat))
+    for (const DeviceMatrix* m : ms)  // an empty one is a neighbour's part (gpu_weights.h)
+        if (!m->empty() && (m->cols != cols || !gpu::staged_panel(m->format, cols, n, in.mode,
+                                                                   coopmat)))
             return false;
     gpu::stage_input(e, x, x_off, x_stride, cols, n, in, *panel_, *dummy_);
     e.barrier();
@@ -234,8 +235,8 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
     } else {
         const bool st = stage(e, {&l.wq, &l.wk, &l.wv}, *x_, 0, E, c.n_embd, n, in);
         project_in(e, st, l.wq, *x_, 0, E, *qkv_, 0, row, n, false, in);
-        project_in(e, st, l.wk, *x_, 0, E, *qkv_, qd, row, n, false, in);
-        project_in(e, st, l.wv, *x_, 0, E, *qkv_, qd + kd, row, n, false, in);
+        if (!l.wk.empty()) project_in(e, st, l.wk, *x_, 0, E, *qkv_, qd, row, n, false, in);
+        if (!l.wv.empty()) project_in(e, st, l.wv, *x_, 0, E, *qkv_, qd + kd, row, n, false, in);
     }
     e.barrier();
 
