@@ -70,9 +70,12 @@ def pairs(rows: list) -> Iterator[tuple]:
 
 
 def command_line() -> str:
-    """This process's command line, as a shell would take it back."""
+    """This process's command line, as a shell would take it back; the program is named
+    ``dasllama`` whether it ran as the console script or as ``python -m dasllama(.cli)``, so no
+    path of the machine goes into a record."""
     argv = list(sys.argv)
-    if argv and argv[0].endswith(("/dasllama", "dasllama")):
+    if argv and argv[0].replace("\\", "/").endswith(
+            ("/dasllama", "dasllama", "dasllama/cli.py", "dasllama/__main__.py")):
         argv[0] = "dasllama"
     return " ".join(shlex.quote(a) for a in argv)
 
