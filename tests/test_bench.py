@@ -457,3 +457,12 @@ def test_real_llama_cpp_runner_answers(real_model):
         assert len(peer.top([1, 2, 3], k=5)) == 5
     finally:
         peer.close()
+
+
+@pytest.mark.parametrize("argv0", ["/usr/local/bin/dasllama", "/tmp/w/pkg/dasllama/cli.py",
+                                   "/opt/site/dasllama/__main__.py", "dasllama"])
+def test_the_recorded_command_names_no_machine_path(monkeypatch, argv0):
+    monkeypatch.setattr(sys, "argv", [argv0, "bench", "llm", "-m", "a b.gguf"])
+    assert record.command_line() == "dasllama bench llm -m 'a b.gguf'"
+    monkeypatch.setattr(sys, "argv", ["/opt/other/tool.py", "x"])
+    assert record.command_line() == "/opt/other/tool.py x"      # another program stays as run

@@ -28,7 +28,8 @@ def _run(g, kind, fmt, n_tok, mode, seed):
     raw, dense = random_weights(fmt, ROWS, COLS, rng)
     width = COLS * (2 if mode >= 2 else 1)          # a [gate | up] row for the gated modes
     # The subgroup stamps read x in 16-byte pieces: the host gives them aligned rows only.
-    x_off, x_stride = (4, width + 4) if kind.startswith("matvec_sub") else (3, width + 5)
+    x_off, x_stride = (4, width + 4) if kind.startswith(("matvec_sub", "matvec_split")) \
+        else (3, width + 5)
     x = rng.standard_normal(x_off + n_tok * x_stride).astype(np.float32)
     norm_w = (1 + 0.2 * rng.standard_normal(COLS + 4)).astype(np.float32)
     aux_off = 4 if mode == 1 else (COLS if mode >= 2 else 0)
@@ -39,6 +40,10 @@ def _run(g, kind, fmt, n_tok, mode, seed):
         groups = (ceil_div(ROWS, 4), 1, 1)
     elif kind == "matvec_sub2":
         groups = (ceil_div(ROWS, 8), 1, 1)
+    elif kind == "matvec_sub4":
+        groups = (ceil_div(ROWS, 16), 1, 1)
+    elif kind == "matvec_split4":
+        groups = (ceil_div(ROWS, 4), 1, 1)
     elif kind == "matvec_tall":
         groups = (ceil_div(ROWS, 64), 1, 1)
     else:
@@ -61,7 +66,9 @@ def _run(g, kind, fmt, n_tok, mode, seed):
 @pytest.mark.parametrize("kind,n_tok", [("matvec", 1), ("matvec", 3), ("matvec_tall", 1),
                                          ("matvec_tall", 3), ("matvec_sub", 1),
                                          ("matvec_sub", 3), ("matvec_sub2", 1),
-                                         ("matvec_sub2", 3), ("matmul", 70)])
+                                         ("matvec_sub2", 3), ("matvec_sub4", 1),
+                                         ("matvec_sub4", 3), ("matvec_split4", 1),
+                                         ("matvec_split4", 3), ("matmul", 70)])
 @pytest.mark.parametrize("fmt", ["Q4_0", "Q8_0", "Q4_K"])
 @pytest.mark.parametrize("mode", [1, 2, 3])
 def test_input_stage_matches_numpy(gpu, kind, n_tok, fmt, mode):  # noqa: F811

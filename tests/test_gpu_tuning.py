@@ -21,6 +21,11 @@ REPLAY = "vulkan.llm.replay"
 TALL = "vulkan.project.tall_min_rows"
 ATTN = "vulkan.attention.prefill_rows_log2"
 BAR = 2e-6   # measured 4e-7 between the two kernel choices on lavapipe (printed)
+# The matrix-vector against the tiled kernels: measured 4e-7 on lavapipe and 2.0e-5 on an H200
+# (rel-l2 of all logits; subgroups of 32 there: both kernels sum in other orders than on
+# lavapipe's 8-wide subgroups, and the random model's small logits amplify it). The other knobs
+# stay within BAR there (tall stamps 9.6e-8, prefill attention tile 0).
+BAR_TILED = 6e-5
 
 
 @pytest.fixture
@@ -59,9 +64,9 @@ def test_knob_is_read_and_results_do_not_depend_on_it(model):
     model.reset()
     other = model.eval(prompt[::-1], all_logits=True)
     err, control = _rel(tiled, default), _rel(other, default)
-    print(f"{KNOB}=1 vs default: rel-l2 {err:.1e} (bar {BAR}); other prompt {control:.2f}")
-    assert err < BAR
-    assert control > 10 * BAR
+    print(f"{KNOB}=1 vs default: rel-l2 {err:.1e} (bar {BAR_TILED}); other prompt {control:.2f}")
+    assert err < BAR_TILED
+    assert control > 10 * BAR_TILED
 
 
 def test_knob_refuses_values_outside_its_range(model):

@@ -1,5 +1,7 @@
 """The LLM's decode products on each matrix-vector form the knob vulkan.project.matvec_sub
-picks (0 the staged stamps, 1 one row a subgroup, 2 two rows), against the CPU chain.
+picks (0 the staged stamps, 1 one row a subgroup, 2 two rows; with the widths and row counts
+of the knobs vulkan.project.matvec_sub4_* or matvec_split_* at or below the matrices', four rows
+a subgroup or four a workgroup split over its subgroups), against the CPU chain.
 
 The profile of the last decode step proves which stamps served it: the host's choice is what is
 under test, so each knob value must reach the kernels it names. Bar and negative control as
@@ -19,10 +21,18 @@ from parity import rel_l2
 SPEC = os.environ.get("DASLLAMA_TEST_VULKAN", "vulkan:llvmpipe")
 RANDOM_BAR = 2e-4    # as tests/test_llm_vulkan.py (measured up to 4.8e-5 there)
 KNOB = "vulkan.project.matvec_sub"
-# Stamp prefixes of the decode products each knob value must (and must not) use.
-FORMS = {0: ("matvec_q", ("matvec_sub_", "matvec_sub2_")),
-         1: ("matvec_sub_", ("matvec_sub2_",)),
-         2: ("matvec_sub2_", ())}
+P = "vulkan.project."
+WIDE = ("matvec_sub4_", "matvec_split4_")
+OFF = 1 << 30        # a four-row form's width knob turned off
+# Knob settings, then the stamp prefixes of the decode products they must (and must not) use;
+# by default this model's products (at most 512 rows) take split4.
+FORMS = {"staged": ({KNOB: 0}, "matvec_q", ("matvec_sub_", "matvec_sub2_") + WIDE),
+         "one": ({KNOB: 1}, "matvec_sub_", ("matvec_sub2_",) + WIDE),
+         "two": ({KNOB: 2, P + "matvec_split_min_cols": OFF}, "matvec_sub2_", WIDE),
+         "sub4": ({P + "matvec_sub4_min_cols": 16, P + "matvec_sub4_min_rows": 1,
+                   P + "matvec_split_min_cols": OFF},
+                  "matvec_sub4_", ("matvec_sub2_", "matvec_sub_", "matvec_split4_")),
+         "split4": ({}, "matvec_split4_", ("matvec_sub2_", "matvec_sub_", "matvec_sub4_"))}
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +64,16 @@ def _decode(model, prompt, steps):
     return np.concatenate(rows)
 
 
-@pytest.mark.parametrize("form", sorted(FORMS))
+@pytest.mark.parametrize("form", list(FORMS))
 def test_decode_form_matches_the_cpu_chain(device_spec, model_path, form):
     prompt = [(11 * i + 2) % 500 for i in range(12)]
     cpu = _core.LLMModel(str(model_path), n_ctx=64, n_threads=2, device="cpu")
     cpu.set_precision("f32")
     want = _decode(cpu, prompt, 3)
     cpu.close()
-    _core.tuning_set(KNOB, form)
+    knobs, used, banned = FORMS[form]
+    for name, value in knobs.items():
+        _core.tuning_set(name, value)
     try:
         gpu = _core.LLMModel(str(model_path), n_ctx=64, n_threads=2, device=device_spec)
         gpu.set_precision("f32")
@@ -72,10 +84,10 @@ def test_decode_form_matches_the_cpu_chain(device_spec, model_path, form):
         control = rel_l2(gpu.eval(prompt[1:] + prompt[:1], all_logits=True), want[:len(prompt)])
         gpu.close()
     finally:
-        _core.tuning_reset(KNOB)
-    used, banned = FORMS[form]
+        for name in knobs:
+            _core.tuning_reset(name)
     err = rel_l2(got, want)
-    print(f"matvec_sub={form}: rel-l2 {err:.2e} (bar {RANDOM_BAR}); rotated prompt "
+    print(f"{form}: rel-l2 {err:.2e} (bar {RANDOM_BAR}); rotated prompt "
           f"{control:.2e}; stamps {sorted(s for s in stamps if s.startswith('matvec'))}")
     assert any(s.startswith(used) for s in stamps), f"no {used}* stamp served the decode step"
     assert not any(s.startswith(b) for s in stamps for b in banned)

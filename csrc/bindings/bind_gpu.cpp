@@ -218,6 +218,20 @@ void bind_gpu(py::module_& m) {
           "(stamp suffix, tile rows, tile tokens) of a staged prefill product of `rows` weight "
           "rows and `n_tok` token rows (the knobs vulkan.project.coopmat_tile and "
           "vulkan.project.coopmat_fill_groups included).");
+    m.def("gpu_matvec_sub_family",
+          [](int64_t rows, int64_t cols, int64_t form, int64_t sub4_min_cols,
+             int64_t sub4_min_rows, int64_t split_min_cols, int64_t split_max_rows) {
+              return gpu::matvec_sub_family(
+                  {form, sub4_min_cols, sub4_min_rows, split_min_cols, split_max_rows}, rows, cols);
+          },
+          py::arg("rows"), py::arg("cols"), py::arg("form"), py::arg("sub4_min_cols"),
+          py::arg("sub4_min_rows"), py::arg("split_min_cols"), py::arg("split_max_rows"),
+          "The subgroup stamp family (\"\", \"matvec_sub_\", \"matvec_sub2_\", \"matvec_sub4_\", "
+          "\"matvec_split4_\") of a decode product of rows x cols under the given knob values.");
+    m.def("gpu_matvec_sub_family_now", [](int64_t rows, int64_t cols) {
+              return gpu::matvec_sub_family(gpu::MatvecSubKnobs::now(), rows, cols);
+          }, py::arg("rows"), py::arg("cols"),
+          "gpu_matvec_sub_family with the vulkan.project.matvec_sub* knobs as set now.");
     m.def("gpu_stamps", [] {
         py::list out;
         for (const gpu::StampInfo* s = gpu::stamps_begin(); s != gpu::stamps_end(); ++s) {

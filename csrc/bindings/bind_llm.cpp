@@ -71,9 +71,10 @@ py::array_t<float> eval(LLMModel& m, const std::vector<int64_t>& ids, bool all_l
 
 void bind_llm(py::module_& m) {
     m.def("gpu_decode_attention_splits", &decode_attention_splits, py::arg("n"),
-          py::arg("n_head"),
+          py::arg("n_head"), py::arg("n_keys") = 0,
           "Key chunks of each head's attention in a GPU call of `n` query rows of `n_head` heads "
-          "(0: unsplit; the knob vulkan.attention.decode_split included).");
+          "over `n_keys` cached keys (0: unsplit; the knob vulkan.attention.decode_split "
+          "included).");
     m.def("gpu_decode_glu_pass", &decode_glu_pass, py::arg("n"),
           "Whether a GPU call of `n` token rows forms the gated FFN activation in its own pass "
           "before the down projection (the knob vulkan.llm.decode_glu_pass included).");

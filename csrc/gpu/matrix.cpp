@@ -68,7 +68,8 @@ const tuning::Knob& kTallMinRows = tuning::define(
 // Whether decode projections of the block formats take the subgroup stamps (no workgroup
 // memory, no barrier) where their input allows it: 1 one row a subgroup (matvec_sub_<fmt>);
 // 2 two rows (matvec_sub2_<fmt>) where a row fits what a lane decodes ahead for two rows
-// (GK_MATVEC_SUB_PREFETCH_COLS_2), one row for wider ones; 0 the staged stamps. Measured on an
+// (GK_MATVEC_SUB_PREFETCH_COLS_2), four rows for wide ones (matvec_split4_<fmt>,
+// matvec_sub4_<fmt>: the knobs below), one row between; 0 the staged stamps. Measured on an
 // H200, alone: a 576 x 576 Q4_1 product 7.5 us staged, 5.2 us on either form; 3072 x 576 with
 // its RMSNorm 13.3, 10.1 and 9.3 us; SmolLM2's decode step 1.96 ms staged, 1.66 ms with two
 // rows a subgroup.
@@ -76,10 +77,36 @@ const tuning::Knob& kMatvecSub = tuning::define(
     "vulkan.project.matvec_sub", 2, 0, 2,
     "decode projections of block formats on the subgroup matvec stamps: rows a subgroup (0 off)");
 // The widest rows the subgroup stamps take (past it, the staged stamps). Wide rows with a gated
-// input form every activation once a subgroup instead of once a workgroup.
+// input form every activation once a subgroup (once for four rows on matvec_sub4) instead of
+// once a workgroup of four rows; 16384 takes the FFN-down rows of 1B-8B models (8192-14336).
 const tuning::Knob& kMatvecSubMaxCols = tuning::define(
-    "vulkan.project.matvec_sub_max_cols", 2048, 16, int64_t(1) << 30,
+    "vulkan.project.matvec_sub_max_cols", 16384, 16, int64_t(1) << 30,
     "widest rows of the subgroup matvec stamps");
+// Under form 2, four rows at once, so that the token row's strided 16-byte loads (and the norm
+// weight's) serve four rows' weights instead of one or two: matvec_split4_<fmt> (four rows a
+// workgroup, its subgroups splitting the units: short chains, many workgroups) for rows at
+// least split_min_cols wide in matrices of at most split_max_rows rows, else matvec_sub4_<fmt>
+// (four rows a subgroup) for rows at least sub4_min_cols wide in matrices of at least
+// sub4_min_rows rows (fewer make too few workgroups: Gemma-3's 640 x 2048 down projection ran
+// 17.9 us on it against 10.0 us one row a subgroup). 2^30 turns a form off. Measured on an
+// H200, a decode step: SmolLM2-135M 1.41 ms before these forms, 1.30 ms with split4 for every
+// product; Gemma-3-270M 1.59 and 1.52 ms; a 1B Q8_0 (2048 wide, FFN 8192) 3.15 ms, 1.71 ms
+// with sub4 for its wide rows, 1.52 ms with split4 for all, 1.42 ms with split4 up to 4096
+// rows and sub4 past them (its 16384-row gate/up 33 us on sub4 against 35 us, its 2048-8192
+// column products 7-16 us on split4 against 11-26 us); an 8B Q4_K 6.93 ms on sub4, 6.20 ms so.
+constexpr int64_t kFormOff = int64_t(1) << 30;
+const tuning::Knob& kMatvecSub4MinCols = tuning::define(
+    "vulkan.project.matvec_sub4_min_cols", 1025, 16, kFormOff,
+    "rows at least this wide may take four rows a subgroup (matvec_sub4)");
+const tuning::Knob& kMatvecSub4MinRows = tuning::define(
+    "vulkan.project.matvec_sub4_min_rows", 2048, 1, kFormOff,
+    "matrices of at least this many rows may take four rows a subgroup (matvec_sub4)");
+const tuning::Knob& kMatvecSplitMinCols = tuning::define(
+    "vulkan.project.matvec_split_min_cols", 16, 16, kFormOff,
+    "rows at least this wide take four rows a workgroup split over its subgroups (matvec_split4)");
+const tuning::Knob& kMatvecSplitMaxRows = tuning::define(
+    "vulkan.project.matvec_split_max_rows", 4096, 1, kFormOff,
+    "matrices of at most this many rows may take matvec_split4");
 
 // The subgroup stamps read the token row (and the RMSNorm weight, or the up half of a gated
 // row) in 16-byte pieces: every element offset they read at must be a multiple of this.
@@ -97,12 +124,19 @@ std::string sub_stamp(const DeviceMatrix& m, uint32_t x_off, uint32_t x_stride,
     if (in.mode > kSubMaxMode || x_off % kSubAlign || x_stride % kSubAlign) return "";
     // Modes 1-3 read aux_off as a vector offset (norm weight, up half); mode 6 element-wise.
     if (in.mode >= 1 && in.mode <= 3 && in.aux_off % kSubAlign) return "";
-    const bool two = form == 2 && m.cols <= int64_t(GK_MATVEC_SUB_PREFETCH_COLS_2);
-    const std::string name = (two ? "matvec_sub2_" : "matvec_sub_") + m.format;
+    const std::string name = matvec_sub_family(MatvecSubKnobs::now(), m.rows, m.cols) + m.format;
     return find_stamp(name) ? name : "";
 }
 
 size_t round_up4(size_t n) { return (n + 3) & ~size_t(3); }
+
+// Workgroups of a subgroup stamp's dispatch cover this many rows each.
+uint32_t sub_group_rows(const std::string& name) {
+    if (name.rfind("matvec_split4_", 0) == 0) return GK_MATVEC_SPLIT4_ROWS;
+    if (name.rfind("matvec_sub4_", 0) == 0) return GK_MATVEC_SUB4_ROWS;
+    if (name.rfind("matvec_sub2_", 0) == 0) return GK_MATVEC_SUB2_ROWS;
+    return GK_MATVEC_SUB_ROWS;
+}
 uint32_t ceil_div(int64_t a, int64_t b) { return uint32_t((a + b - 1) / b); }
 
 // project() fills one argument block for matvec, matmul and matmul_coopmat: their ARGS lists
@@ -112,6 +146,19 @@ static_assert(sizeof(gk_args::matvec) == sizeof(gk_args::matmul) &&
               "matvec, matmul and matmul_coopmat must share one argument layout");
 
 }  // namespace
+
+MatvecSubKnobs MatvecSubKnobs::now() {
+    return {kMatvecSub.get(), kMatvecSub4MinCols.get(), kMatvecSub4MinRows.get(),
+            kMatvecSplitMinCols.get(), kMatvecSplitMaxRows.get()};
+}
+
+std::string matvec_sub_family(const MatvecSubKnobs& k, int64_t rows, int64_t cols) {
+    if (k.form <= 0) return "";
+    if (k.form == 1) return "matvec_sub_";
+    if (cols >= k.split_min_cols && rows <= k.split_max_rows) return "matvec_split4_";
+    if (cols >= k.sub4_min_cols && rows >= k.sub4_min_rows) return "matvec_sub4_";
+    return cols <= int64_t(GK_MATVEC_SUB_PREFETCH_COLS_2) ? "matvec_sub2_" : "matvec_sub_";
+}
 
 std::string device_format(const TypeTraits& type) {
     for (const char* f : kDeviceFormats) {
@@ -260,8 +307,7 @@ void project(Encoder& e, const DeviceMatrix& m, Buffer& x, uint32_t x_off, uint3
     const bool sub = !sub_name.empty();
     if (tall) name = "matvec_tall_" + m.format;
     if (sub) name = sub_name;
-    const uint32_t sub_rows = name.rfind("matvec_sub2_", 0) == 0 ? GK_MATVEC_SUB2_ROWS
-                                                                 : GK_MATVEC_SUB_ROWS;
+    const uint32_t sub_rows = sub_group_rows(name);
     const StampInfo& st = require_stamp(name);
     const uint32_t tile_rows = cm ? GK_MMC_TILE_ROWS : GK_MATMUL_TILE_ROWS;
     const uint32_t tile_toks = cm ? GK_MMC_TILE_TOKS : GK_MATMUL_TILE_TOKS;

@@ -43,6 +43,19 @@ DeviceMatrix upload_matrix(Device& dev, const TypeTraits& type, int64_t cols,
                            std::initializer_list<HostRows> parts, const char* label,
                            uint64_t& bytes);
 
+// The knobs of the decode products' subgroup form (vulkan.project.matvec_sub,
+// .matvec_sub4_min_cols, .matvec_sub4_min_rows, .matvec_split_min_cols, .matvec_split_max_rows).
+struct MatvecSubKnobs {
+    int64_t form, sub4_min_cols, sub4_min_rows, split_min_cols, split_max_rows;
+    static MatvecSubKnobs now();  // as set
+};
+// The subgroup stamp family of a product of `rows` x `cols`: "" (form 0: the staged stamps),
+// "matvec_sub_" (form 1; form 2 rows too wide for two), "matvec_sub2_" (form 2, rows up to
+// GK_MATVEC_SUB_PREFETCH_COLS_2), "matvec_sub4_" or "matvec_split4_" (form 2, wide rows, by the
+// knobs' widths and row counts; split4 first). Pure: the format, alignment and width limits that
+// keep a product off the subgroup stamps are checked apart from it.
+std::string matvec_sub_family(const MatvecSubKnobs& k, int64_t rows, int64_t cols);
+
 // A float32 vector as a buffer (nullptr for an empty one).
 std::unique_ptr<Buffer> upload_floats(Device& dev, const std::vector<float>& v,
                                       const char* label, uint64_t& bytes);

@@ -38,12 +38,13 @@ std::string prefill_attention_coopmat(int64_t n, int64_t head_dim, int64_t head_
 // activation of every column again. A pure function of n and the knob.
 bool decode_glu_pass(int64_t n);
 
-// The key chunks a decode call of `n` query rows of `n_head` heads splits each head's attention
-// into (attention_decode_split, then attention_merge), or 0 for the one-workgroup-a-head
-// attention_decode: by default 8 chunks where heads x rows make fewer than 8 workgroups; the
-// knob vulkan.attention.decode_split forces (1: never split, 2..64 chunks). A pure function of
-// its arguments and the knob.
-int64_t decode_attention_splits(int64_t n, int64_t n_head);
+// The key chunks a decode call of `n` query rows of `n_head` heads over `n_keys` cached keys
+// (the call's own included) splits each head's attention into (attention_decode_split, then
+// attention_merge), or 0 for the one-workgroup-a-head attention_decode: by default 8 chunks
+// where heads x rows make fewer than 8 workgroups, and from 1024 keys at least the power of two
+// that leaves at most 256 keys a chunk (64 at most); the knob vulkan.attention.decode_split
+// forces (1: never split, 2..64 chunks). A pure function of its arguments and the knob.
+int64_t decode_attention_splits(int64_t n, int64_t n_head, int64_t n_keys = 0);
 
 // Rows the device K/V caches are allocated to (a multiple of the coopmat attention's 16-key
 // granules, which read whole granules).
@@ -79,9 +80,11 @@ private:
         int64_t n = 0;
         bool all_logits = false, logits = false, profiled = false, exact = false;
         uint64_t knobs = 0;  // tuning::generation(): kernels read knobs when recorded
+        int64_t attn_splits = 0;  // decode_attention_splits at the recorded position
         bool operator==(const Shape& o) const {
             return n == o.n && all_logits == o.all_logits && logits == o.logits &&
-                   profiled == o.profiled && exact == o.exact && knobs == o.knobs;
+                   profiled == o.profiled && exact == o.exact && knobs == o.knobs &&
+                   attn_splits == o.attn_splits;
         }
     };
     void record(gpu::Encoder& e, const Shape& s);

@@ -79,11 +79,21 @@ DeviceWeights upload_weights(gpu::Device& dev, const ModelConfig& cfg, const Mod
         if (!l.bq.empty())
             dl.bqkv = upload_floats(dev, concat({&l.bq, &l.bk, &l.bv}), "attn_qkv.bias", d.bytes);
         // One projection for q, k and v when their formats agree (one pass over x, one
-        // dispatch); otherwise three, writing the same packed [q | k | v] rows.
+        // dispatch); else the two neighbours that agree as one (Gemma-3-270M's q and k are
+        // Q5_0 and its v Q8_0 in half the layers) and the third alone; else three. Either way
+        // they write the same packed [q | k | v] rows.
         if (same_layout(l.wq, l.wk) && same_layout(l.wq, l.wv)) {
             dl.wqkv = gpu::upload_matrix(dev, *l.wq.type, l.wq.cols,
                                          {rows_of(l.wq), rows_of(l.wk), rows_of(l.wv)},
                                          "attn_qkv", d.bytes);
+        } else if (same_layout(l.wq, l.wk)) {
+            dl.wq = gpu::upload_matrix(dev, *l.wq.type, l.wq.cols, {rows_of(l.wq), rows_of(l.wk)},
+                                       "attn_qk", d.bytes);
+            dl.wv = upload_one(dev, l.wv, "attn_v", d.bytes);
+        } else if (same_layout(l.wk, l.wv)) {
+            dl.wq = upload_one(dev, l.wq, "attn_q", d.bytes);
+            dl.wk = gpu::upload_matrix(dev, *l.wk.type, l.wk.cols, {rows_of(l.wk), rows_of(l.wv)},
+                                       "attn_kv", d.bytes);
         } else {
             dl.wq = upload_one(dev, l.wq, "attn_q", d.bytes);
             dl.wk = upload_one(dev, l.wk, "attn_k", d.bytes);

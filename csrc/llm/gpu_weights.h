@@ -19,9 +19,10 @@ struct DeviceLayer {
     std::unique_ptr<gpu::Buffer> attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm,
         post_ffn_norm;
     std::unique_ptr<gpu::Buffer> bqkv;  // qwen2: the q, k and v biases end to end
-    // wq, wk and wv stacked by rows when their formats agree (then wq/wk/wv are empty), else
-    // each alone: either way they write one packed [q | k | v] row per token. Gate and up
-    // likewise, into one [gate | up] row.
+    // wq, wk and wv stacked by rows when their formats agree (then wq/wk/wv are empty); else
+    // two neighbours that agree stacked in the first one's place (wq holds [q | k] with wk
+    // empty, or wk holds [k | v] with wv empty), else each alone: either way they write one
+    // packed [q | k | v] row per token. Gate and up likewise, into one [gate | up] row.
     DeviceMatrix wqkv, wq, wk, wv, wo, ffn_gate_up, ffn_gate, ffn_up, ffn_down;
 };
 

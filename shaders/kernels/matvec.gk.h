@@ -22,9 +22,9 @@
 // from cache. (Holding all tokens' sums at once, 4 x 8 registers, made lavapipe's compile of each
 // stamp several seconds long.)
 //
-// The subgroup stamps (GK_MATVEC_SUB=R, R = 1 or 2 rows a subgroup, block formats; dispatch
+// The subgroup stamps (GK_MATVEC_SUB=R, R = 1, 2 or 4 rows a subgroup, block formats; dispatch
 // gx = ceil(rows / GK_MATVEC_SUB_ROWS) for R = 1, ceil(rows / GK_MATVEC_SUB2_ROWS) for R = 2,
-// at most 65535: workgroups stride over the rest) use no workgroup memory and no barrier: each
+// ceil(rows / GK_MATVEC_SUB4_ROWS) for R = 4, at most 65535: workgroups stride over the rest) use no workgroup memory and no barrier: each
 // subgroup owns R whole rows at a time, its lanes take the units lane, lane + SG, ...
 // of a row, read the token row straight from memory with 16-byte loads (it is small and stays in
 // cache), form the RMSNorm scale themselves with one subgroup sum, and finish a row with another.
@@ -56,10 +56,35 @@
 // spread over many workgroups.
 #define GK_MATVEC_SUB_ROWS 4u
 #define GK_MATVEC_SUB2_ROWS 8u
+// Four rows a subgroup (GK_MATVEC_SUB=4) for wide rows: each input value a lane forms (16-byte
+// loads of x and of the norm weight, strided across the lanes) serves four rows' weights, so the
+// loads of the token row no longer outnumber the weights' (one row a subgroup left a 1B model's
+// 2048-wide Q8_0 products at 0.3-0.5 TB/s on an H200). Only the first unit of each row is
+// decoded ahead of the token row.
+#define GK_MATVEC_SUB4_ROWS 16u
+// Rows per workgroup of the split stamps (matvec_split4_<fmt>: GK_MATVEC_SUB=4,
+// GK_MATVEC_SPLIT=1): the workgroup's four rows.
+#define GK_MATVEC_SPLIT4_ROWS 4u
+// GK_MATVEC_SPLIT=1 (with GK_MATVEC_SUB=R: the split stamps): the workgroup's subgroups share
+// its R rows and split their units (thread i of the workgroup takes units i, i + WG, ...); the
+// RMSNorm sum and each row's sum then cross the subgroups through workgroup memory. Wide rows
+// of few rows need it: with one subgroup a row group, a 3072 x 2048 Q8_0 product made 4-8
+// subgroups an SM on an H200, each walking whole rows alone (0.33 TB/s).
+#ifndef GK_MATVEC_SPLIT
+#define GK_MATVEC_SPLIT 0
+#endif
 #if GK_MATVEC_SUB
 #define GK_SUB_R GK_MATVEC_SUB
-#define GK_SUB_WG_ROWS (GK_MATVEC_SUB_ROWS * GK_SUB_R)
 #define GK_MATVEC_SUB_PREFETCH (4u / GK_SUB_R)
+#if GK_MATVEC_SPLIT
+#define GK_SUB_WG_ROWS GK_SUB_R
+#define GK_SUB_UNIT0 (GK_SUBGROUP_ID * GK_SUBGROUP_SIZE + GK_LANE)
+#define GK_SUB_UNIT_STEP (GK_NUM_SUBGROUPS * GK_SUBGROUP_SIZE)
+#else
+#define GK_SUB_WG_ROWS (GK_MATVEC_SUB_ROWS * GK_SUB_R)
+#define GK_SUB_UNIT0 GK_LANE
+#define GK_SUB_UNIT_STEP GK_SUBGROUP_SIZE
+#endif
 #endif
 // Units a lane of the subgroup stamps decodes, for each of its rows, before reading the token
 // row: all of a row up to 2048 columns (one row a subgroup) or 1024 (two) on 32-wide subgroups,
@@ -81,7 +106,10 @@
 #define GK_ARGS(A) A(uint, rows) A(uint, cols) A(uint, n_tok) A(uint, x_off) A(uint, x_stride) \
                    A(uint, y_off) A(uint, y_stride) A(uint, accumulate) A(uint, in_mode) \
                    A(uint, aux_off) A(float, eps)
-#if GK_MATVEC_SUB
+#if GK_MATVEC_SUB && GK_MATVEC_SPLIT
+#define GK_SHARED(S) S(float, part, GK_REDUCE_PARTS(GK_WG)) \
+                     S(float, rsum, (GK_WG / GK_MIN_SUBGROUP) * GK_MATVEC_SUB)
+#elif GK_MATVEC_SUB
 #define GK_SHARED(S)
 #else
 #define GK_SHARED(S) S(float, xs, GK_MATVEC_CHUNK + GK_MATVEC_CHUNK / 16u) \
@@ -257,16 +285,21 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     // subgroup), so each input value it forms serves R rows.
     for (uint rb = GK_GROUP_ID.x * GK_SUB_WG_ROWS; rb < args.rows;
          rb += GK_NUM_GROUPS.x * GK_SUB_WG_ROWS) {
+#if GK_MATVEC_SPLIT
+        {   // every subgroup on the group's R rows (uniform over the workgroup: barriers below)
+            uint row0 = rb;
+#else
         for (uint rr = GK_SUBGROUP_ID * GK_SUB_R; rr < GK_SUB_WG_ROWS && rb + rr < args.rows;
              rr += GK_NUM_SUBGROUPS * GK_SUB_R) {
             uint row0 = rb + rr;
+#endif
             // The first units' weights of the R rows, branch-free (indices clamped), before
             // anything else: their loads are in flight while the token row is read and normed.
             float wv[GK_SUB_R][GK_MATVEC_SUB_PREFETCH][16];
             GK_UNROLL for (uint j = 0u; j < GK_SUB_R; ++j) {
                 uint row_b = gk_min(row0 + j, args.rows - 1u) * row_bytes;
                 GK_UNROLL for (uint k = 0u; k < GK_MATVEC_SUB_PREFETCH; ++k) {
-                    uint uc = gk_min(GK_LANE + k * GK_SUBGROUP_SIZE, n_units - 1u);
+                    uint uc = gk_min(GK_SUB_UNIT0 + k * GK_SUB_UNIT_STEP, n_units - 1u);
                     GK_MATVEC_DECODE(wv[j][k], GK_FMT_UNIT_BLOCK_BYTE(row_b, uc),
                                      GK_FMT_UNIT_PART(uc))
                 }
@@ -276,17 +309,23 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
                 float inv = 1.0f;
                 if (args.in_mode == GK_MM_IN_RMSNORM) {
                     float ss = 0.0f;
-                    for (uint u = GK_LANE; u < n_units; u += GK_SUBGROUP_SIZE) {
+                    for (uint u = GK_SUB_UNIT0; u < n_units; u += GK_SUB_UNIT_STEP) {
                         float v[16];
                         GK_SUB_UNIT_INPUT(v, xt, u)
                         GK_UNROLL for (uint i = 0u; i < 16u; ++i) ss = gk_fma(v[i], v[i], ss);
                     }
+#if GK_MATVEC_SPLIT
+                    float ss_all;
+                    GK_WG_SUM_INTO(ss_all, ss, part, 0u)
+                    inv = gk_rms_inv(ss_all, args.cols, args.eps);
+#else
                     inv = gk_rms_inv(gk_subgroup_add(ss), args.cols, args.eps);
+#endif
                 }
                 float s[GK_SUB_R];
                 GK_UNROLL for (uint j = 0u; j < GK_SUB_R; ++j) s[j] = 0.0f;
                 GK_UNROLL for (uint k = 0u; k < GK_MATVEC_SUB_PREFETCH; ++k) {
-                    uint u = GK_LANE + k * GK_SUBGROUP_SIZE;
+                    uint u = GK_SUB_UNIT0 + k * GK_SUB_UNIT_STEP;
                     if (u < n_units) {
                         float xv[16];
                         GK_SUB_UNIT_XIN(xv, xt, u, inv)
@@ -294,8 +333,8 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
                             GK_SUB_DOT16(s[j], wv[j][k], xv)
                     }
                 }
-                for (uint u = GK_LANE + GK_MATVEC_SUB_PREFETCH * GK_SUBGROUP_SIZE; u < n_units;
-                     u += GK_SUBGROUP_SIZE) {
+                for (uint u = GK_SUB_UNIT0 + GK_MATVEC_SUB_PREFETCH * GK_SUB_UNIT_STEP; u < n_units;
+                     u += GK_SUB_UNIT_STEP) {
                     float xv[16];
                     GK_SUB_UNIT_XIN(xv, xt, u, inv)
                     GK_UNROLL for (uint j = 0u; j < GK_SUB_R; ++j) {
@@ -305,6 +344,23 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
                         GK_SUB_DOT16(s[j], wr, xv)
                     }
                 }
+#if GK_MATVEC_SPLIT
+                // Subgroup sums into rsum[subgroup * R + j], then thread j adds the subgroups
+                // in order; the second barrier keeps rsum (and part) until all have read them.
+                GK_UNROLL for (uint j = 0u; j < GK_SUB_R; ++j) {
+                    float v = gk_subgroup_add(s[j]);
+                    if (GK_LANE == 0u) rsum[GK_SUBGROUP_ID * GK_SUB_R + j] = v;
+                }
+                GK_BARRIER();
+                uint tid_ = GK_SUB_UNIT0;
+                if (tid_ < GK_SUB_R && row0 + tid_ < args.rows) {
+                    float total = 0.0f;
+                    for (uint sg = 0u; sg < GK_NUM_SUBGROUPS; ++sg) total += rsum[sg * GK_SUB_R + tid_];
+                    uint yi = args.y_off + t * args.y_stride + row0 + tid_;
+                    GK_MM_STORE(yi, row0 + tid_, total)
+                }
+                GK_BARRIER();
+#else
                 GK_UNROLL for (uint j = 0u; j < GK_SUB_R; ++j) {
                     float total = gk_subgroup_add(s[j]);
                     if (GK_LANE == 0u && row0 + j < args.rows) {
@@ -312,6 +368,7 @@ GK_KERNEL(matvec, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
                         GK_MM_STORE(yi, row0 + j, total)
                     }
                 }
+#endif
             }
         }
     }

@@ -55,6 +55,10 @@ def add_llm_arguments(p: argparse.ArgumentParser, default_out: Optional[str] = N
     p.add_argument("--reps", "-r", type=int, default=5, help="timed repetitions (default 5)")
     p.add_argument("--n-prompt", "-p", type=int, default=512, help="pp test length (default 512)")
     p.add_argument("--n-gen", "-n", type=int, default=128, help="tg test length (default 128)")
+    p.add_argument("--n-depth", "--depth", default="0", metavar="D[,D...]",
+                   help="tokens already in the cache before each test, comma-separated "
+                        "(llama-bench's -d; default 0): every test runs at every depth, named "
+                        "e.g. tg128@d4096")
     p.add_argument("--kv-type", choices=("f16", "f32", "q8_0"), default="f16",
                    help="dasllama's KV cache type (llama.cpp keeps its f16 default)")
     p.add_argument("--device", "-d", default="cpu", metavar="DEVICE",
@@ -135,15 +139,16 @@ def records_dir() -> Optional[Path]:
 
 
 def run_and_record(paths, openers, *, threads: int, reps: int, n_prompt: int, n_gen: int,
-                   seed: int = 0, pause: float = 0.1, kv_type: str = "f16", device: str = "cpu",
+                   depths=(0,), seed: int = 0, pause: float = 0.1, kv_type: str = "f16",
+                   device: str = "cpu",
                    noise_cv: Optional[float] = record.NOISE_CV, out: Optional[str] = None,
                    quiet: bool = False, stream=None) -> tuple:
     """Run the LLM benchmark with progress on stderr and the record written as rows finish
     (see record_run). Returns (record, path written or None)."""
     def run(on_event, on_rows):
         return llm.benchmark(paths, openers, threads=threads, reps=reps, n_prompt=n_prompt,
-                             n_gen=n_gen, seed=seed, pause=pause, kv_type=kv_type,
-                             device=device, noise_cv=noise_cv, on_event=on_event,
+                             n_gen=n_gen, depths=depths, seed=seed, pause=pause,
+                             kv_type=kv_type, device=device, noise_cv=noise_cv, on_event=on_event,
                              on_rows=on_rows)
     return record_run(run, gpu=llm.backend_of(device) != "cpu", out=out, quiet=quiet,
                       stream=stream)
@@ -196,7 +201,9 @@ def run_llm(args) -> int:
     if note and not args.quiet:
         print(f"note: {note}", file=sys.stderr)
     rec, path = run_and_record(paths, openers, threads=threads, reps=args.reps,
-                               n_prompt=args.n_prompt, n_gen=args.n_gen, seed=args.seed,
+                               n_prompt=args.n_prompt, n_gen=args.n_gen,
+                               depths=llm.parse_depths(getattr(args, "n_depth", "0")),
+                               seed=args.seed,
                                pause=args.pause, kv_type=args.kv_type, device=args.device,
                                noise_cv=None if args.no_rerun else record.NOISE_CV,
                                out=args.out, quiet=args.quiet)

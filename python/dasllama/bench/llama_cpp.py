@@ -158,8 +158,11 @@ class LlamaCppRunner:
     def vocab(self):
         return self.info["n_vocab"], self.info["bos"], self.info["add_bos"]
 
-    def run(self, test: str, tokens: Sequence[int]) -> int:
-        return int(self.request(cmd="run", test=test, tokens=[int(t) for t in tokens])["ns"])
+    def run(self, test: str, tokens: Sequence[int], depth: Sequence[int] = ()) -> int:
+        req = {"cmd": "run", "test": test, "tokens": [int(t) for t in tokens]}
+        if len(depth):
+            req["depth"] = [int(t) for t in depth]
+        return int(self.request(**req)["ns"])
 
     def top(self, tokens: Sequence[int], k: int = 5) -> Optional[list]:
         return self.request(cmd="top", tokens=[int(t) for t in tokens], k=k)["top"]
@@ -190,12 +193,13 @@ class LlamaCppRunner:
             pass
 
 
-def _test_name(n_prompt: int, n_gen: int) -> str:
+def _test_name(n_prompt: int, n_gen: int, n_depth: int = 0) -> str:
+    at = f"@d{n_depth}" if n_depth else ""
     if n_gen == 0:
-        return f"pp{n_prompt}"
+        return f"pp{n_prompt}{at}"
     if n_prompt == 0:
-        return f"tg{n_gen}"
-    return f"pp{n_prompt}+tg{n_gen}"
+        return f"tg{n_gen}{at}"
+    return f"pp{n_prompt}+tg{n_gen}{at}"
 
 
 def parse_llama_bench_json(text: str) -> list:
@@ -216,7 +220,8 @@ def parse_llama_bench_json(text: str) -> list:
         if missing:
             raise PeerError(f"llama-bench test {i} lacks {', '.join(missing)}")
         rec = dict(rec)
-        rec["test"] = _test_name(int(rec["n_prompt"]), int(rec["n_gen"]))
+        rec["test"] = _test_name(int(rec["n_prompt"]), int(rec["n_gen"]),
+                                 int(rec.get("n_depth", 0) or 0))
         rec["samples_ns"] = [int(x) for x in rec["samples_ns"]]
         out.append(rec)
     return out
@@ -242,10 +247,12 @@ class LlamaBenchBinary:
                         "n_gpu_layers": n_gpu_layers, "flash_attn": flash_attn}
         self._peak = 0
 
-    def _invoke(self, n_prompt: int, n_gen: int) -> dict:
+    def _invoke(self, n_prompt: int, n_gen: int, n_depth: int = 0) -> dict:
         # -ngl always: llama-bench's own default offloads every layer (99).
         cmd = [self.binary, "-m", self.model_path, "-p", str(n_prompt), "-n", str(n_gen),
                "-r", "1", "-t", str(self.threads), "-ngl", str(self.n_gpu_layers), "-o", "json"]
+        if n_depth:
+            cmd[-2:-2] = ["-d", str(n_depth)]
         if self.flash_attn != "auto":
             cmd[-2:-2] = ["-fa", "1" if self.flash_attn == "on" else "0"]
         try:
@@ -268,9 +275,10 @@ class LlamaBenchBinary:
     def vocab(self):
         return None      # llama-bench draws its own tokens
 
-    def run(self, test: str, tokens: Sequence[int]) -> int:
+    def run(self, test: str, tokens: Sequence[int], depth: Sequence[int] = ()) -> int:
+        """One invocation; at a depth llama-bench fills the cache with its own ids (-d)."""
         n = len(tokens)
-        rec = self._invoke(n if test == "pp" else 0, n if test == "tg" else 0)
+        rec = self._invoke(n if test == "pp" else 0, n if test == "tg" else 0, len(depth))
         return rec["samples_ns"][0]
 
     def top(self, tokens, k: int = 5):

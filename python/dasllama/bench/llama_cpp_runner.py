@@ -16,6 +16,8 @@ each request line with one reply line:
     {"cmd": "run", "test": "pp", "tokens": [...]}   decode the tokens as one prompt
     {"cmd": "run", "test": "tg", "tokens": [...]}   decode them one at a time
         -> {"ok": true, "ns": elapsed}               (the cache is cleared first, not timed)
+    a run may carry "depth": [...]: ids decoded first as one prompt, untimed, so the timed
+        tokens start at position len(depth) (llama-bench's -d)
     {"cmd": "top", "tokens": [...], "k": 5}         -> {"ok": true, "top": [ids by logit]}
     {"cmd": "rss"}                                  -> {"ok": true, "max_rss": bytes}
     {"cmd": "quit"}                                 -> {"ok": true}, then exit
@@ -149,16 +151,22 @@ class Runner:
     def _decode(self, tokens, pos):
         self.ctx.decode(self.cy.llama_batch_get_one(tokens, pos))
 
-    def run(self, test, tokens):
+    def run(self, test, tokens, depth=()):
+        if test not in ("pp", "tg"):
+            raise ValueError(f"unknown test {test!r} (expected 'pp' or 'tg')")
         self.ctx.kv_cache_clear()
+        d = len(depth)
+        for i in range(0, d, self.n_batch):
+            self._decode(list(depth[i:i + self.n_batch]), i)
+        self.ctx.synchronize()
         t0 = time.perf_counter_ns()
         if test == "pp":
             for i in range(0, len(tokens), self.n_batch):
-                self._decode(tokens[i:i + self.n_batch], i)
+                self._decode(tokens[i:i + self.n_batch], d + i)
             self.ctx.synchronize()
         elif test == "tg":
             for i, tok in enumerate(tokens):
-                self._decode([tok], i)
+                self._decode([tok], d + i)
                 self.ctx.synchronize()
         else:
             raise ValueError(f"unknown test {test!r} (expected 'pp' or 'tg')")
@@ -173,7 +181,9 @@ class Runner:
     def handle(self, req):
         cmd = req.get("cmd")
         if cmd == "run":
-            return {"ok": True, "ns": self.run(req["test"], [int(t) for t in req["tokens"]])}
+            depth = [int(t) for t in req.get("depth", ())]
+            return {"ok": True, "ns": self.run(req["test"], [int(t) for t in req["tokens"]],
+                                               depth)}
         if cmd == "top":
             top = self.top([int(t) for t in req["tokens"]], int(req.get("k", 5)))
             return {"ok": True, "top": top}

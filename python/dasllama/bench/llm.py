@@ -11,6 +11,9 @@ compare with what llama.cpp users quote:
 * One warm-up before the timed repetitions: the whole prompt for pp, a single token for tg
   (llama-bench warms generation with one token). The cache is cleared before every run, and
   the clearing is not timed.
+* Depth (llama-bench's ``-d``): a test at depth D first fills the cache with D random ids as
+  one prompt, untimed, then times ppN or tgN at positions D..; its name gets ``@dD`` (e.g.
+  ``tg128@d4096``). Each repetition's filling ids are drawn once and given to every engine.
 * Statistics over the per-repetition rates (mean, sd, median, min, max, cv); the ratio of
   engines is the ratio of medians (derived when printing, never stored).
 * A cell (one test of one engine) whose cv exceeds 3% is run once more; if the second
@@ -33,12 +36,12 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..errors import DasllamaError
-from . import probe
+from . import gpu_clock, probe
 from .record import NOISE_CV
 from .stats import summarize
 
 __all__ = ["BenchError", "TestSpec", "DasllamaEngine", "backend_of", "make_tokens", "schedule",
-           "model_info", "measure", "rows_for", "benchmark"]
+           "model_info", "measure", "rows_for", "benchmark", "parse_depths"]
 
 # llama.cpp's general.file_type codes (LLAMA_FTYPE_MOSTLY_*) for the names people quote.
 _FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
@@ -68,10 +71,26 @@ def backend_of(device: str) -> str:
 class TestSpec:
     kind: str        # "pp" or "tg"
     n_tokens: int
+    depth: int = 0   # tokens already in the cache when the timed run starts
 
     @property
     def name(self) -> str:
-        return f"{self.kind}{self.n_tokens}"
+        return f"{self.kind}{self.n_tokens}" + (f"@d{self.depth}" if self.depth else "")
+
+
+def parse_depths(text) -> list:
+    """The depths of ``--n-depth`` ("0,4096"; llama-bench's -d): distinct integers >= 0, in
+    the order given. A bad list raises BenchError naming the value."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        depths = [int(p) for p in parts]
+    except ValueError:
+        raise BenchError(f"--n-depth {text!r}: expected comma-separated whole numbers, "
+                         f"e.g. 0,4096") from None
+    bad = [d for d in depths if d < 0]
+    if bad or not depths:
+        raise BenchError(f"--n-depth {text!r}: depths must be 0 or more")
+    return list(dict.fromkeys(depths))
 
 
 def make_tokens(n: int, n_vocab: int, bos: int, add_bos: bool, rng: random.Random) -> list:
@@ -169,11 +188,15 @@ class DasllamaEngine:
         tok = self.model.tokenizer
         return int(self.model.n_vocab), int(tok.bos_id), bool(tok.add_bos)
 
-    def run(self, test: str, tokens: Sequence[int]) -> int:
+    def run(self, test: str, tokens: Sequence[int], depth: Sequence[int] = ()) -> int:
+        """Time ``test`` on ``tokens`` from an empty cache, or after ``depth`` ids evaluated
+        first as one untimed prompt."""
         if test not in ("pp", "tg"):
             raise ValueError(f"unknown test {test!r} (expected 'pp' or 'tg')")
         m = self.model
         m.reset()
+        if len(depth):
+            m.eval(list(depth))
         before = self._seat_stats()      # read outside the timed region
         t0 = time.perf_counter_ns()
         if test == "pp":
@@ -258,17 +281,35 @@ def _cv(test: TestSpec, ns: Sequence[int]) -> float:
     return summarize([test.n_tokens * 1e9 / x for x in ns]).cv
 
 
+def _run(engine, test: TestSpec, tokens, depth) -> int:
+    """One timed run; the depth's ids go along only to a test at depth (so engines that know
+    no depth still serve depth-0 tests)."""
+    if test.depth:
+        return engine.run(test.kind, tokens, depth=depth)
+    return engine.run(test.kind, tokens)
+
+
+def _depth_tokens(test: TestSpec, n_vocab, bos, add_bos, rng) -> list:
+    """The ids that fill the cache before a test at depth (BOS first, as a prompt)."""
+    return make_tokens(test.depth, n_vocab, bos, add_bos, rng) if test.depth else []
+
+
 def _timed_reps(names, by_name, test, reps, rng, n_vocab, bos, add_bos, pause, samples,
-                on_event, attempt=0):
+                on_event, attempt=0, clock=None, clocks=None):
     """``reps`` alternating repetitions of ``test`` on the engines ``names`` (each repetition's
-    ids drawn once and given to every engine); appends ns to samples[name][test.name]."""
+    ids, and its depth's, drawn once and given to every engine); appends ns to
+    samples[name][test.name], and with a ``clock`` reader its reading just before each run to
+    clocks[name][test.name]."""
     rep_tokens: dict = {}
     for rep, name in schedule(names, reps):
         if rep not in rep_tokens:
-            rep_tokens = {rep: make_tokens(test.n_tokens, n_vocab, bos, add_bos, rng)}
+            depth = _depth_tokens(test, n_vocab, bos, add_bos, rng)
+            rep_tokens = {rep: (make_tokens(test.n_tokens, n_vocab, bos, add_bos, rng), depth)}
         if pause > 0:
             time.sleep(pause)   # let the other engine's spinning threads go idle
-        ns = by_name[name].run(test.kind, rep_tokens[rep])
+        if clock is not None:
+            clocks[name].setdefault(test.name, []).append(clock())
+        ns = _run(by_name[name], test, *rep_tokens[rep])
         samples[name].setdefault(test.name, []).append(ns)
         on_event("run", engine=name, test=test.name, rep=rep, ns=ns, attempt=attempt)
 
@@ -276,7 +317,8 @@ def _timed_reps(names, by_name, test, reps, rng, n_vocab, bos, add_bos, pause, s
 def measure(path, engines: Sequence, tests: Sequence[TestSpec], *, reps: int, seed: int = 0,
             pause: float = 0.0, noise_cv: Optional[float] = NOISE_CV,
             on_event: Callable = lambda *a, **k: None,
-            on_test: Callable = lambda *a, **k: None) -> dict:
+            on_test: Callable = lambda *a, **k: None,
+            clock: Optional[gpu_clock.ClockReader] = None) -> dict:
     """Time every test on every engine for one model file, repetitions alternating.
 
     A cell (one test of one engine) whose cv of rates exceeds ``noise_cv`` is run once more
@@ -284,8 +326,10 @@ def measure(path, engines: Sequence, tests: Sequence[TestSpec], *, reps: int, se
     first; ``reruns`` keeps the first attempt's cv and samples. ``noise_cv=None`` never re-runs.
     ``engines`` are open engines; ``on_event(kind, **fields)`` hears each warm-up and run;
     ``on_test(test, samples, reruns)`` hears each finished test (every engine's cell).
+    ``clock`` (gpu_clock.nvidia_smi_reader()) is read before every timed run.
     Returns {"samples": {engine: {test: [ns, ...]}}, "reruns": {engine: {test: {...}}},
-    "validation": {...}, "vocab": (...)}.
+    "clocks": {engine: {test: [(mhz, max_mhz) or None, ...]}}, "validation": {...},
+    "vocab": (...)}.
     """
     vocabs = {e.name: e.vocab() for e in engines}
     known = {n: v for n, v in vocabs.items() if v is not None}
@@ -301,35 +345,42 @@ def measure(path, engines: Sequence, tests: Sequence[TestSpec], *, reps: int, se
     names = [e.name for e in engines]
     by_name = {e.name: e for e in engines}
     samples = {n: {} for n in names}
+    clocks = {n: {} for n in names}
     reruns: dict = {n: {} for n in names}
     for test in tests:
         rng = random.Random(f"{seed}-{test.name}")
+        warm_depth = _depth_tokens(test, n_vocab, bos, add_bos, rng)
         warm = make_tokens(test.n_tokens if test.kind == "pp" else 1, n_vocab, bos, add_bos, rng)
         for e in engines:
             if not getattr(e, "warms_up_itself", False):
-                e.run(test.kind, warm)
+                _run(e, test, warm, warm_depth)
                 on_event("warmup", engine=e.name, test=test.name)
         _timed_reps(names, by_name, test, reps, rng, n_vocab, bos, add_bos, pause, samples,
-                    on_event)
+                    on_event, clock=clock, clocks=clocks)
         first = {n: _cv(test, samples[n][test.name]) for n in names}
         noisy = [n for n in names if noise_cv is not None and reps > 1 and first[n] > noise_cv]
         if noisy:
             on_event("rerun", test=test.name, engines=noisy, cv={n: first[n] for n in noisy})
             kept = {n: samples[n].pop(test.name) for n in noisy}
+            for n in noisy:
+                clocks[n].pop(test.name, None)
             _timed_reps(noisy, by_name, test, reps, rng, n_vocab, bos, add_bos, pause, samples,
-                        on_event, attempt=1)
+                        on_event, attempt=1, clock=clock, clocks=clocks)
             for n in noisy:
                 reruns[n][test.name] = {"first_cv": first[n], "first_samples_ns": kept[n]}
         on_test(test, {n: samples[n][test.name] for n in names},
-                {n: reruns[n].get(test.name) for n in names})
-    return {"samples": samples, "reruns": reruns, "validation": validation,
+                {n: reruns[n].get(test.name) for n in names},
+                {n: clocks[n].get(test.name) for n in names})
+    return {"samples": samples, "reruns": reruns, "clocks": clocks, "validation": validation,
             "vocab": [n_vocab, bos, add_bos]}
 
 
 def rows_for(engine, model: dict, samples: dict, tests: Sequence[TestSpec],
-             reruns: Optional[dict] = None, noise_cv: float = NOISE_CV) -> list:
+             reruns: Optional[dict] = None, noise_cv: float = NOISE_CV,
+             clocks: Optional[dict] = None) -> list:
     """One record row per test: the engine, the model, the statistics of its rates, and
-    whether the cell stayed noisy (cv above ``noise_cv``) after its re-run."""
+    whether the cell stayed noisy (cv above ``noise_cv``) after its re-run; with ``clocks``
+    ({test: samples}) the GPU clock read before each run (gpu_clock.summarize_clock)."""
     rows = []
     for test in tests:
         ns = samples[test.name]
@@ -342,7 +393,7 @@ def rows_for(engine, model: dict, samples: dict, tests: Sequence[TestSpec],
             "version": engine.version, "threads": engine.threads,
             "model": model["file"], "model_sha256": model["sha256"], "arch": model["arch"],
             "quant": model["quant"], "params": model["params"],
-            "test": test.name, "unit": "t/s", **s.as_dict(),
+            "test": test.name, "depth": test.depth, "unit": "t/s", **s.as_dict(),
             "noisy": bool(s.cv > noise_cv), "reruns": 1 if rerun else 0,
             "samples_ts": rates, "samples_ns": list(ns),
         }
@@ -352,6 +403,8 @@ def rows_for(engine, model: dict, samples: dict, tests: Sequence[TestSpec],
         extra = getattr(engine, "row_fields", None)
         if extra is not None:
             row.update(extra(test.kind))
+        if clocks and clocks.get(test.name):
+            row.update(gpu_clock.summarize_clock(clocks[test.name]))
         if rerun:
             row["first_cv"] = rerun["first_cv"]
             row["first_samples_ns"] = list(rerun["first_samples_ns"])
@@ -366,10 +419,11 @@ def rows_for(engine, model: dict, samples: dict, tests: Sequence[TestSpec],
 
 
 def benchmark(models: Sequence, openers: dict, *, threads: int, reps: int, n_prompt: int,
-              n_gen: int, seed: int = 0, pause: float = 0.1, kv_type: str = "f16",
+              n_gen: int, depths: Sequence[int] = (0,), seed: int = 0, pause: float = 0.1,
+              kv_type: str = "f16",
               device: str = "cpu", noise_cv: Optional[float] = NOISE_CV,
               on_event: Callable = lambda *a, **k: None,
-              on_rows: Callable = lambda result: None) -> dict:
+              on_rows: Callable = lambda result: None, clock="auto") -> dict:
     """The whole LLM benchmark: for each model file, open the engines (``openers`` maps an
     engine name to ``open(path, threads=, n_ctx=)``), validate, time, and measure memory.
 
@@ -377,19 +431,28 @@ def benchmark(models: Sequence, openers: dict, *, threads: int, reps: int, n_pro
     row never goes without its reference row), and ``on_rows(result)`` hears each addition
     (the command line writes the record there). A KeyboardInterrupt (Ctrl-C, or SIGTERM as
     the command line maps it) stops the run: the rows finished so far are kept and the result
-    says ``stopped``. Returns the record (see bench/README.md) without the machine probe."""
-    tests = [TestSpec("pp", n_prompt)] if n_prompt > 0 else []
-    tests += [TestSpec("tg", n_gen)] if n_gen > 0 else []
+    says ``stopped``. ``clock``: a gpu_clock reader, None for none, or "auto" (nvidia-smi's
+    when dasllama runs on a GPU). Returns the record (see bench/README.md) without the machine
+    probe."""
+    if clock == "auto":
+        clock = gpu_clock.nvidia_smi_reader() if backend_of(device) != "cpu" else None
+    depths = list(depths) or [0]
+    if any(int(d) < 0 for d in depths):
+        raise BenchError(f"depths must be 0 or more, got {depths}")
+    tests = []
+    for d in depths:     # llama-bench's order: every test at one depth, then the next depth
+        tests += [TestSpec("pp", n_prompt, int(d))] if n_prompt > 0 else []
+        tests += [TestSpec("tg", n_gen, int(d))] if n_gen > 0 else []
     if not tests:
         raise BenchError("nothing to measure: n_prompt and n_gen are both 0")
     if reps < 1:
         raise BenchError(f"reps must be at least 1, got {reps}")
-    n_ctx = n_prompt + n_gen
+    n_ctx = max(depths) + n_prompt + n_gen
     result = {"config": {"n_prompt": n_prompt, "n_gen": n_gen, "reps": reps, "threads": threads,
                          "warmup": 1, "alternate": True, "seed": seed, "pause_s": pause,
                          "kv_type": kv_type, "n_ctx": n_ctx, "device": device,
                          "noise_cv": noise_cv,
-                         "noise_reruns": 1},
+                         "noise_reruns": 1, "n_depth": [int(d) for d in depths]},
               "engines": {}, "rows": [], "memory": [], "validation": []}
     total = len(models) * len(tests) * len(openers)
     on_event("start", total_rows=total)
@@ -408,11 +471,13 @@ def benchmark(models: Sequence, openers: dict, *, threads: int, reps: int, n_pro
             heard("model", **model)
             engines = []
 
-            def test_done(test, samples, reruns):
+            def test_done(test, samples, reruns, clocks):
                 for e in engines:
                     result["rows"] += rows_for(e, model, {test.name: samples[e.name]}, [test],
                                                {test.name: reruns[e.name]} if reruns[e.name]
-                                               else None, noise_cv or NOISE_CV)
+                                               else None, noise_cv or NOISE_CV,
+                                               {test.name: clocks[e.name]} if clocks[e.name]
+                                               else None)
                     result["engines"][e.name] = {"version": e.version, **e.details}
                 on_event("rows", done=len(result["rows"]), total=total)
                 on_rows(result)
@@ -423,7 +488,8 @@ def benchmark(models: Sequence, openers: dict, *, threads: int, reps: int, n_pro
                 for name, open_engine in openers.items():
                     engines.append(open_engine(path, threads=threads, n_ctx=n_ctx))
                 measured = measure(path, engines, tests, reps=reps, seed=seed, pause=pause,
-                                   noise_cv=noise_cv, on_event=heard, on_test=test_done)
+                                   noise_cv=noise_cv, on_event=heard, on_test=test_done,
+                                   clock=clock)
                 result["validation"].append({"model": model["file"], **measured["validation"]})
                 for e in engines:
                     mem = e.memory() if e.name != "dasllama" else {

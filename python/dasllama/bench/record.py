@@ -70,9 +70,12 @@ def pairs(rows: list) -> Iterator[tuple]:
 
 
 def command_line() -> str:
-    """This process's command line, as a shell would take it back."""
+    """This process's command line, as a shell would take it back; the program is named
+    ``dasllama`` whether it ran as the console script or as ``python -m dasllama(.cli)``, so no
+    path of the machine goes into a record."""
     argv = list(sys.argv)
-    if argv and argv[0].endswith(("/dasllama", "dasllama")):
+    if argv and argv[0].replace("\\", "/").endswith(
+            ("/dasllama", "dasllama", "dasllama/cli.py", "dasllama/__main__.py")):
         argv[0] = "dasllama"
     return " ".join(shlex.quote(a) for a in argv)
 
@@ -112,7 +115,8 @@ def format_table(record: dict) -> str:
     for r in record["rows"]:
         achieved = (f"~{r['approx_GBps']:.1f} GB/s" if "approx_GBps" in r
                     else f"~{r['approx_GFLOPs']:.0f} GFLOP/s" if "approx_GFLOPs" in r else "")
-        noisy = "  noisy" if r.get("noisy") else ""
+        noisy = ("  noisy" if r.get("noisy") else "") + \
+            ("  GPU clock low" if r.get("gpu_clock_low") else "")
         lines.append(f"{r['model']:<{mw}} {r['test']:<{tw}} {r['engine']:<{ew}} "
                      f"{r.get('backend', 'cpu'):<7} {r['median']:>9.2f} "
                      f"{r['mean']:>9.2f} {r['sd']:>7.2f} {100 * r['cv']:>5.1f}% {r['min']:>9.2f} "
@@ -123,6 +127,9 @@ def format_table(record: dict) -> str:
                                         for r in record["rows"]) else "")
     lines.append(f"({'/'.join(units)}; cv = sd/mean{achieved}; noisy: cv above "
                  f"{100 * NOISE_CV:.0f}% after a re-run)")
+    if any(r.get("gpu_clock_low") for r in record["rows"]):
+        lines.append("(GPU clock low: the GPU's core clock read before these runs was under half "
+                     "its maximum, so they measured the clock state, not the engines)")
     found = list(pairs(record["rows"]))
     if found:
         title = f"dasllama/{found[0][1]['engine']} (medians)"
