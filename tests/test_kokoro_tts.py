@@ -56,6 +56,16 @@ def test_style_arrays(packs):
         resolve_voice(np.full(STYLE_WIDTH, np.nan, np.float32), packs)
 
 
+def test_packs_of_another_width(packs):
+    narrow = {"kitten_a": np.ones((400, 128), np.float32), "kitten_b": np.zeros((400, 128),
+                                                                                np.float32)}
+    out = resolve_voice("kitten_a+kitten_b", narrow)
+    assert out.shape == (400, 128) and np.allclose(out, 0.5)
+    assert resolve_voice(np.ones(128, np.float32), narrow).shape == (400, 128)
+    with pytest.raises(TTSInputError, match=r"\(128,\) or \(400, 128\)"):
+        resolve_voice(np.ones(256, np.float32), narrow)
+
+
 @pytest.mark.parametrize("voice, says", [
     ("nobody", "unknown voice 'nobody'; known voices: af_bella, af_sky, jf_alpha"),
     ("af_bella(0)", "weights must be positive"),

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import _core, gguf, models
 from .errors import DasllamaError, TTSInputError
-from .kokoro_voices import PACK_ROWS, STYLE_WIDTH, Voice, resolve_voice
+from .kokoro_voices import Voice, resolve_voice
 
 __all__ = ["KokoroTTS", "SPEED_RANGE", "FRAME_SAMPLES", "resolve_model", "is_kokoro"]
 
@@ -103,8 +103,16 @@ class KokoroTTS:
                                     f"{meta.get('general.architecture')!r}, not 'kokoro'")
             self.vocab = dict(zip(meta["kokoro.vocab.symbols"], meta["kokoro.vocab.ids"]))
             self.sample_rate = int(meta["kokoro.sample_rate"])
-            self._packs = {n: np.asarray(f.tensor(f"voice.{n}"), np.float32)
-                           .reshape(PACK_ROWS, STYLE_WIDTH) for n in meta["kokoro.voices"]}
+            width = int(sum(meta["kokoro.style_split"]))
+            self._packs = {}
+            for n in meta["kokoro.voices"]:
+                pack = np.asarray(f.tensor(f"voice.{n}"), np.float32)
+                if pack.ndim == 3 and pack.shape[1] == 1:
+                    pack = pack[:, 0, :]
+                if pack.ndim != 2 or pack.shape[1] != width:
+                    raise TTSInputError(f"{self.path}: voice.{n} has shape {pack.shape}; the "
+                                        f"model's style rows are {width} wide")
+                self._packs[n] = pack
         self.language = language
         from .text.phonemize import EspeakPhonemizer
 

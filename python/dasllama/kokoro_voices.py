@@ -1,12 +1,13 @@
 """Kokoro's voices: packs by name, weighted blends and custom style vectors.
 
-A pack is a (510, 256) float32 array: row n - 1 is the style for a chunk of n phonemes
-(dasllama.text.chunk.voice_row). A voice is any of:
+A pack is a (rows, width) float32 array, Kokoro's (510, 256): row n - 1 is the style for a
+chunk of n phonemes (dasllama.text.chunk.voice_row); a model's packs share one shape, and a
+model of other widths (Kitten) has packs of its own width. A voice is any of:
 
 * a pack's name: ``"jf_alpha"``;
 * a blend written as text: ``"af_bella(2)+af_sky(1)"`` (a name without a weight counts 1);
 * a blend as a list of (name, weight) pairs: ``[("af_bella", 2), ("af_sky", 1)]``;
-* an array: a whole pack (510, 256), or one style row (256,) used for every length.
+* an array: a whole pack (rows, width), or one style row (width,) used for every length.
 
 A blend is the weighted mean of its packs, row by row, with the weights normalized to sum to
 one (so "a(2)+b(2)" is "a+b"; Kokoro-FastAPI and kokoro-onnx's examples mix the same way).
@@ -23,7 +24,7 @@ from .errors import TTSInputError
 
 __all__ = ["STYLE_WIDTH", "PACK_ROWS", "parse_blend", "resolve_voice"]
 
-STYLE_WIDTH = 256    # a style row: 128 for the decoder, 128 for the prosody predictor
+STYLE_WIDTH = 256    # Kokoro's style row: 128 for the decoder, 128 for the prosody predictor
 PACK_ROWS = 510      # one row per chunk length, 1 to the model's 510-phoneme limit
 _TERM = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?:\(\s*([0-9]*\.?[0-9]+)\s*\))?\s*$")
 
@@ -48,16 +49,18 @@ def _known(packs: Mapping[str, np.ndarray]) -> str:
 
 
 def resolve_voice(voice: Voice, packs: Mapping[str, np.ndarray]) -> np.ndarray:
-    """The (PACK_ROWS, STYLE_WIDTH) float32 pack a voice stands for."""
+    """The float32 pack a voice stands for, of the shape the model's packs share (Kokoro's
+    (PACK_ROWS, STYLE_WIDTH) when there are none)."""
+    rows, width = next(iter(packs.values())).shape if packs else (PACK_ROWS, STYLE_WIDTH)
     if isinstance(voice, np.ndarray):
         a = np.asarray(voice, np.float32)
-        if a.shape == (STYLE_WIDTH,):
-            a = np.broadcast_to(a, (PACK_ROWS, STYLE_WIDTH))
+        if a.shape == (width,):
+            a = np.broadcast_to(a, (rows, width))
         elif a.ndim == 3 and a.shape[1] == 1:
             a = a[:, 0, :]                       # kokoro's (510, 1, 256) layout
-        if a.shape != (PACK_ROWS, STYLE_WIDTH):
+        if a.shape != (rows, width):
             raise TTSInputError(f"a style array has shape {tuple(voice.shape)}; accepted: "
-                                f"({STYLE_WIDTH},) or ({PACK_ROWS}, {STYLE_WIDTH})")
+                                f"({width},) or ({rows}, {width})")
         if not np.all(np.isfinite(a)):
             raise TTSInputError("a style array holds NaN or infinite values")
         return np.ascontiguousarray(a)
@@ -81,8 +84,7 @@ def resolve_voice(voice: Voice, packs: Mapping[str, np.ndarray]) -> np.ndarray:
         raise TTSInputError(f"voice {bad[0][0]!r} has weight {bad[0][1]}; weights must be "
                             "positive")
     total = sum(w for _, w in terms)
-    mix = np.zeros((PACK_ROWS, STYLE_WIDTH), np.float64)
+    mix = np.zeros((rows, width), np.float64)
     for name, weight in terms:
-        mix += (weight / total) * np.asarray(packs[name], np.float64).reshape(PACK_ROWS,
-                                                                            STYLE_WIDTH)
+        mix += (weight / total) * np.asarray(packs[name], np.float64)
     return mix.astype(np.float32)
