@@ -72,6 +72,11 @@ def test_overlapped_audio_equals_serial(fx, lane):
             calls = len(serial)
             assert frames - calls <= got[1][1]["frames_overlapped"] <= frames - 1
             assert got[2][1]["frames_overlapped"] == frames
+            # Pool jobs: the codec's worker decodes without any (its pool is its own thread),
+            # so mode 1 keeps the frame loop's and the call's last frame's; mode 2, whose
+            # frame loop keeps to the calling thread too, none.
+            assert got[2][1]["step_jobs"] == 0
+            assert 0 < got[1][1]["step_jobs"] < stages["step_jobs"]
 
 
 def test_negative_controls(fx):

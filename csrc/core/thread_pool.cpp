@@ -110,6 +110,7 @@ struct ThreadPool::State {
 
     std::atomic<const std::function<void(int, int)>*> job{nullptr};
     std::atomic<uint64_t> generation{0};  // bumped once per job; workers wait for a change
+                                          // (so it also counts the jobs)
     std::atomic<int> sleepers{0};         // workers blocked (or about to block) on `wake`
     std::atomic<bool> stop{false};
 
@@ -280,6 +281,10 @@ void ThreadPool::wait_posted() {
     s.task_error = nullptr;
     lock.unlock();
     if (failed) std::rethrow_exception(failed);
+}
+
+int64_t ThreadPool::jobs_run() const {
+    return int64_t(state_->generation.load(std::memory_order_relaxed));
 }
 
 int64_t ThreadPool::tasks_done() const {

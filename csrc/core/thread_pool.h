@@ -38,6 +38,8 @@ public:
     void wait_posted();
     // Posted tasks that have finished since the pool was made.
     int64_t tasks_done() const;
+    // Jobs run() handed to the workers since the pool was made (none in a pool of one).
+    int64_t jobs_run() const;
 
 private:
     struct State;

@@ -262,6 +262,7 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
     codec_audio_.clear();
     codec_ms_ = 0;
     PostedWait unwinding(*pool_);
+    const int64_t jobs0 = pool_->jobs_run();
     while (!done_ && made < max_frames) {
         const int64_t g = frame_;
         const int64_t after = params_.frames_after_eos;
@@ -338,6 +339,7 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
     const int64_t fade = cfg_.sample_rate / 200;
     for (size_t i = start; i < audio.size() && faded_ < fade; ++i, ++faded_)
         audio[i] *= fade > 1 ? float(double(faded_) / double(fade - 1)) : 1.0f;
+    times_.step_jobs += pool_->jobs_run() - jobs0;
     return made;
 }
 

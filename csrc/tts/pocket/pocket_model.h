@@ -75,6 +75,7 @@ struct StageTimes {
                              // partly beside the frame loop: stages may sum past the wall)
     int64_t prompt_rows = 0, frames = 0;
     int64_t frames_overlapped = 0;  // frames Mimi decoded on a worker beside the frame loop
+    int64_t step_jobs = 0;  // jobs the frame loop and Mimi handed to the pool's workers
 };
 
 // What a chunk produced so far, for tests (per generated frame).
