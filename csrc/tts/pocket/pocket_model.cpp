@@ -37,8 +37,8 @@ private:
 };
 
 // How the CPU chain shares the pool's threads between the frame loop and Mimi decoding. The
-// frame loop is a chain of small matrix-vector products that two threads speed up by much
-// less than two, so the codec running beside it on a thread of its own pays:
+// frame loop is a chain of short matrix-vector products, each a pool job that two threads
+// speed up by less than two, so the codec running beside it on a thread of its own pays:
 //   0: one after the other, each on the whole pool (the frames of a call, then their audio);
 //   1: each frame's decoding posted to a pool worker as the frame is made; the frame loop's
 //      jobs go on with the threads that are free (the worker rejoins between frames), and the
@@ -51,10 +51,11 @@ const tuning::Knob& kCodecOverlap = tuning::define(
     "Pocket TTS on the CPU: 0 Mimi after the frames, 1 beside them on a free worker, 2 on a "
     "worker of its own");
 
-// Waits for the posted decodes when a step unwinds with an exception (they touch the model).
+// Waits for the posted decodes when a step unwinds with an exception (they touch the model);
+// nullptr: nothing is posted.
 class PostedWait {
 public:
-    explicit PostedWait(ThreadPool& pool) : pool_(&pool) {}
+    explicit PostedWait(ThreadPool* pool) : pool_(pool) {}
     ~PostedWait() {
         if (!pool_) return;
         try {
@@ -261,7 +262,7 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
     int64_t posted = 0;  // frames of `batch` handed to the codec's worker
     codec_audio_.clear();
     codec_ms_ = 0;
-    PostedWait unwinding(*pool_);
+    PostedWait unwinding(overlap ? pool_.get() : nullptr);
     const int64_t jobs0 = pool_->jobs_run();
     while (!done_ && made < max_frames) {
         const int64_t g = frame_;
