@@ -2,7 +2,7 @@
 
 Fake engines check the structure (validation before timing, one warm-up each, alternating
 requests with shared seeds, three rows per engine from the same requests, the noisy-cell
-re-run, a stop that keeps finished rows), that the record follows bench/schema.json with
+re-run, the quiet guard's re-run of a disturbed request, a stop that keeps finished rows), that the record follows bench/schema.json with
 every dasllama row paired, and that the board shows the cells. One real run (2 frames, 1
 request, the random English model) goes through the command line, dasllama.TTS and the
 package's runner process; it needs torch and pocket-tts, which CI installs (there a missing
@@ -111,6 +111,30 @@ def test_a_noisy_engine_is_run_once_more_and_stays_marked():
                         quant="F32", first_attempt=got["reruns"]["dasllama"])
     assert all(r["reruns"] == 1 and r["noisy"] and r["first_cv"] > 0.03 for r in rows)
     assert rows[0]["first_samples_ns"] == [w for w, _ in NOISY]
+
+
+def test_quiet_wait_runs_a_disturbed_request_again(monkeypatch):
+    """--quiet-wait: a request during which others used 5 CPU seconds is run again; the rows
+    keep the seconds waited, others' CPU of the kept request and the discarded wall time.
+    Without it the load is recorded and nothing is run twice."""
+    from dasllama.bench import quiet
+    busy = iter([0.0, 5.0] + [10.0, 10.0] * 100)   # the first request: 5 s of others' CPU
+    monkeypatch.setattr(quiet, "machine_busy_s", lambda: next(busy))
+    monkeypatch.setattr(quiet, "wait_quiet", lambda processes, limit: 0.25)
+    ours = FakeEngine("dasllama", [(400_000_000, 100_000_000), (300_000_000, 90_000_000)])
+    got = tts._guarded_run(ours, [], "Hello.", 50, 0.3, 1, quiet_wait=5.0)
+    assert len(ours.calls) == 2 and got.discarded == [400_000_000]
+    assert got.others_cpu_s == pytest.approx(0.0) and got.waited_s == 0.25
+    rows = {r["test"]: r for r in tts.rows_for(ours, _model(), [got], 24000, text="Hello.",
+                                                quant="F32")}
+    assert rows["request_wall"]["disturbed_samples"] == [400.0]
+    assert rows["request_wall"]["samples"] == [300.0]
+    assert rows["rtf"]["waited_s"] == [0.25] and "disturbed_samples" not in rows["rtf"]
+    busy = iter([0.0, 5.0])
+    plain = FakeEngine("dasllama", [(400_000_000, 100_000_000)])
+    got = tts._guarded_run(plain, [], "Hello.", 50, 0.3, 1, quiet_wait=0.0)
+    assert len(plain.calls) == 1 and got.discarded == [] and got.waited_s == 0.0
+    assert got.others_cpu_s == pytest.approx(5.0, abs=0.5)   # less the harness's own CPU
 
 
 @pytest.mark.parametrize("bad", ["tokens", "frames", "chunks"])

@@ -223,9 +223,13 @@ void bind_tts(py::module_& m) {
                 d["mimi_ms"] = t.mimi_ms;
                 d["prompt_rows"] = t.prompt_rows;
                 d["frames"] = t.frames;
+                d["frames_overlapped"] = t.frames_overlapped;
+                d["step_jobs"] = t.step_jobs;
                 return d;
             }, "Wall milliseconds per stage since the model was opened (prompt, backbone, flow, "
-               "frames_gpu, mimi) and the rows and frames they ran.")
+               "frames_gpu, mimi) and the rows and frames they ran (frames_overlapped: decoded "
+               "by Mimi on a worker beside the frame loop; step_jobs: the pool jobs of the "
+               "frame loop and Mimi).")
         .def("record", [](const PocketModel& s) {
                 const pocket::ChunkRecord& r = s.record();
                 const int64_t n = int64_t(r.eos_logits.size());

@@ -13,6 +13,11 @@
 // already claimed for a later generation, and goes back to waiting. The jobs that run here
 // hand out their work dynamically, so a share run late finds little or nothing left to do.
 //
+// Posted tasks (post) wait in a queue under the mutex. A worker that is between jobs takes
+// the next one, unless another task is running, and runs it outside the lock; jobs published
+// meanwhile find its share unclaimed, so the caller runs it. `tasks_ready` mirrors "a task is
+// queued and none runs" for the workers' spin loop; a worker asleep is woken by post().
+//
 // Lost wake-ups are ruled out by a Dekker pair of sequentially consistent operations: a worker
 // about to sleep increments `sleepers` and then rereads the generation under the mutex; run()
 // stores the generation and then reads `sleepers`. At least one of them sees the other's
@@ -24,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <exception>
 #include <fstream>
 #include <mutex>
@@ -104,6 +110,7 @@ struct ThreadPool::State {
 
     std::atomic<const std::function<void(int, int)>*> job{nullptr};
     std::atomic<uint64_t> generation{0};  // bumped once per job; workers wait for a change
+                                          // (so it also counts the jobs)
     std::atomic<int> sleepers{0};         // workers blocked (or about to block) on `wake`
     std::atomic<bool> stop{false};
 
@@ -112,6 +119,40 @@ struct ThreadPool::State {
 
     std::mutex error_mutex;
     std::exception_ptr error;  // the first exception a share threw in the current job
+
+    // Posted tasks; all but the atomics guarded by `mutex`.
+    std::deque<std::function<void()>> tasks;
+    bool task_running = false;
+    std::atomic<bool> tasks_ready{false};  // tasks non-empty and none running
+    std::atomic<int64_t> tasks_posted{0}, tasks_finished{0};
+    std::condition_variable tasks_idle;   // signalled when the last queued task finishes
+    std::exception_ptr task_error;        // the first exception a task threw since a wait
+
+    // Takes the next task and runs it; false when there is none or one is running already.
+    bool run_task() {
+        std::function<void()> task;
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (tasks.empty() || task_running) return false;
+            task = std::move(tasks.front());
+            tasks.pop_front();
+            task_running = true;
+            tasks_ready.store(false, std::memory_order_relaxed);
+        }
+        std::exception_ptr failed;
+        try {
+            task();
+        } catch (...) {
+            failed = std::current_exception();
+        }
+        std::lock_guard<std::mutex> lock(mutex);
+        if (failed && !task_error) task_error = failed;
+        task_running = false;
+        tasks_finished.fetch_add(1, std::memory_order_release);
+        tasks_ready.store(!tasks.empty(), std::memory_order_relaxed);
+        if (tasks.empty()) tasks_idle.notify_all();
+        return true;
+    }
 
     void run_share(const std::function<void(int, int)>& fn, int share) {
         try {
@@ -130,19 +171,22 @@ struct ThreadPool::State {
             expected, gen, std::memory_order_acq_rel, std::memory_order_relaxed);
     }
 
-    // Returns the new generation, or `seen` when told to stop.
-    uint64_t wait_for_job(uint64_t seen) {
+    // Returns the current generation once it differs from `seen`, a task is ready, or the
+    // pool is told to stop.
+    uint64_t wait_for_work(uint64_t seen) {
         const auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
         for (int i = 0;; ++i) {
             const uint64_t g = generation.load(std::memory_order_acquire);
-            if (g != seen || stop.load(std::memory_order_acquire)) return g;
+            if (g != seen || stop.load(std::memory_order_acquire) ||
+                tasks_ready.load(std::memory_order_relaxed))
+                return g;
             cpu_relax();
             if ((i & 255) == 255 && std::chrono::steady_clock::now() > spin_until) break;
         }
         std::unique_lock<std::mutex> lock(mutex);
         sleepers.fetch_add(1, std::memory_order_seq_cst);
         while (generation.load(std::memory_order_seq_cst) == seen &&
-               !stop.load(std::memory_order_seq_cst))
+               !stop.load(std::memory_order_seq_cst) && (tasks.empty() || task_running))
             wake.wait(lock);
         sleepers.fetch_sub(1, std::memory_order_relaxed);
         return generation.load(std::memory_order_acquire);
@@ -151,8 +195,11 @@ struct ThreadPool::State {
     void worker_loop(int share) {
         uint64_t seen = 0;
         for (;;) {
-            seen = wait_for_job(seen);
+            const uint64_t g = wait_for_work(seen);
             if (stop.load(std::memory_order_acquire)) return;
+            // A task first: the job it passes over goes on without this worker.
+            if (run_task() || g == seen) continue;
+            seen = g;
             // The job pointer stays valid while our claim on this generation is unfinished:
             // run() waits for it before it returns.
             if (!claim(share, seen)) continue;
@@ -197,6 +244,52 @@ ThreadPool::~ThreadPool() {
 }
 
 int ThreadPool::size() const { return state_->n_threads; }
+
+void ThreadPool::post(std::function<void()> task) {
+    State& s = *state_;
+    s.tasks_posted.fetch_add(1, std::memory_order_relaxed);
+    if (s.n_threads == 1) {  // no worker: the caller runs it now
+        try {
+            task();
+        } catch (...) {
+            if (!s.task_error) s.task_error = std::current_exception();
+        }
+        s.tasks_finished.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        s.tasks.push_back(std::move(task));
+        s.tasks_ready.store(!s.task_running, std::memory_order_relaxed);
+    }
+    s.wake.notify_all();
+}
+
+void ThreadPool::wait_posted() {
+    State& s = *state_;
+    // The last task usually ends within microseconds of the call: spin a little first.
+    const auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
+    for (int i = 0; s.tasks_finished.load(std::memory_order_acquire) !=
+                    s.tasks_posted.load(std::memory_order_relaxed);
+         ++i) {
+        cpu_relax();
+        if ((i & 255) == 255 && std::chrono::steady_clock::now() > spin_until) break;
+    }
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.tasks_idle.wait(lock, [&] { return s.tasks.empty() && !s.task_running; });
+    std::exception_ptr failed = s.task_error;
+    s.task_error = nullptr;
+    lock.unlock();
+    if (failed) std::rethrow_exception(failed);
+}
+
+int64_t ThreadPool::jobs_run() const {
+    return int64_t(state_->generation.load(std::memory_order_relaxed));
+}
+
+int64_t ThreadPool::tasks_done() const {
+    return state_->tasks_finished.load(std::memory_order_acquire);
+}
 
 void ThreadPool::run(const std::function<void(int thread, int n_threads)>& fn) {
     State& s = *state_;

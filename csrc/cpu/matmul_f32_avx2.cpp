@@ -4,10 +4,12 @@
 // As matmul_f32_avx512.cpp with 8-lane vectors and 16 registers. The one summation order of
 // every kernel here: two chains per output, chain 0 taking columns [16j, 16j + 8) and chain 1
 // [16j + 8, 16j + 16) (a last partial group fills chain 0 first), summed by hsum4's tree.
-// Tiles of 2 rows x 2 tokens (8 accumulators); one token runs a row at a time.
+// Tiles of 2 rows x 2 tokens (8 accumulators); one token runs a row at a time (the walk over
+// rows and tokens is matmul_f32_tiles.h's).
 #include <algorithm>
 
 #include "cpu/kernels_matmul.h"
+#include "cpu/matmul_f32_tiles.h"
 #include "cpu/simd_x86.h"
 
 namespace dasllama::cpu::mm {
@@ -138,76 +140,40 @@ inline __m256 q8_row(const uint8_t* w, int64_t nb, const float* x) {
     return _mm256_add_ps(c0, c1);
 }
 
-// One token: rows one at a time (one sequential stream), reduced four at a time.
-template <class Row>
-void rows_one_token(int64_t n_rows, float* y, const Row& row) {
-    for (int64_t r = 0; r < n_rows; r += 4) {
-        const int n = int(std::min<int64_t>(4, n_rows - r));
-        __m256 v[4] = {};
-        for (int i = 0; i < n; ++i) v[i] = row(r + i);
-        store_sums(v, n, y + r);
+// The kernel set of matmul_f32_tiles.h: 2 x 2 tiles, no software prefetch.
+struct Avx2 {
+    using Vec = __m256;
+    static void store_sums(const __m256 (&v)[4], int n, float* y) { mm::store_sums(v, n, y); }
+    static __m256 f32_row(const float* w, const float* x, int64_t cols) {
+        return mm::f32_row(w, x, cols);
     }
-}
-
-// 2 x 2 tiles, the token remainder one at a time, then a remaining row.
-template <class Tile>
-void over_tiles(int64_t n_rows, int64_t n_tokens, const Tile& tile) {
-    auto rows = [&](auto rc, int64_t r) {
-        constexpr int R = decltype(rc)::value;
-        int64_t t = 0;
-        for (; t + 2 <= n_tokens; t += 2) tile.template run<R, 2>(r, t);
-        if (t < n_tokens) tile.template run<R, 1>(r, t);
-    };
-    int64_t r = 0;
-    for (; r + 2 <= n_rows; r += 2) rows(std::integral_constant<int, 2>{}, r);
-    if (r < n_rows) rows(std::integral_constant<int, 1>{}, r);
-}
-
-struct F32Tile {
-    const float* w;
-    int64_t ldw, cols;
-    const float* x;
-    int64_t ldx;
-    float* y;
-    int64_t ldy;
+    static __m256 q8_row(const uint8_t* w, int64_t nb, const float* x) {
+        return mm::q8_row(w, nb, x);
+    }
     template <int R, int T>
-    void run(int64_t r, int64_t t) const {
-        f32_tile<R, T>(w + r * ldw, ldw, cols, x + t * ldx, ldx, y + t * ldy + r, ldy);
+    static void f32_tile(const float* w, int64_t ldw, int64_t cols, const float* x, int64_t ldx,
+                         float* y, int64_t ldy) {
+        mm::f32_tile<R, T>(w, ldw, cols, x, ldx, y, ldy);
     }
-};
-
-struct Q8Tile {
-    const uint8_t* w;
-    int64_t wrb, nb;
-    const float* x;
-    int64_t ldx;
-    float* y;
-    int64_t ldy;
     template <int R, int T>
-    void run(int64_t r, int64_t t) const {
-        q8_tile<R, T>(w + r * wrb, wrb, nb, x + t * ldx, ldx, y + t * ldy + r, ldy);
+    static void q8_tile(const uint8_t* w, int64_t wrb, int64_t nb, const float* x, int64_t ldx,
+                        float* y, int64_t ldy) {
+        mm::q8_tile<R, T>(w, wrb, nb, x, ldx, y, ldy);
     }
+    static constexpr int kF32Rows = 2, kF32Tokens = 2, kQ8Rows = 2, kQ8Tokens = 2;
+    static void q8_prefetch(const uint8_t*, const uint8_t*) {}
 };
 
 }  // namespace
 
 void gemm_f32_avx2(const float* w, int64_t ldw, int64_t n_rows, int64_t cols, const float* x,
                    int64_t ldx, int64_t n_tokens, float* y, int64_t ldy) {
-    if (n_tokens == 1) {
-        rows_one_token(n_rows, y, [&](int64_t r) { return f32_row(w + r * ldw, x, cols); });
-        return;
-    }
-    over_tiles(n_rows, n_tokens, F32Tile{w, ldw, cols, x, ldx, y, ldy});
+    f32_tiles::gemm_f32<Avx2>(w, ldw, n_rows, cols, x, ldx, n_tokens, y, ldy);
 }
 
 void gemm_q8_0_f32_avx2(const uint8_t* w, int64_t wrb, int64_t n_rows, int64_t cols,
                         const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy) {
-    const int64_t nb = cols / 32;
-    if (n_tokens == 1) {
-        rows_one_token(n_rows, y, [&](int64_t r) { return q8_row(w + r * wrb, nb, x); });
-        return;
-    }
-    over_tiles(n_rows, n_tokens, Q8Tile{w, wrb, nb, x, ldx, y, ldy});
+    f32_tiles::gemm_q8_0_f32<Avx2>(w, wrb, n_rows, cols, x, ldx, n_tokens, y, ldy);
 }
 
 void dequantize_f16_avx2(const uint8_t* src, float* dst, int64_t cols) {

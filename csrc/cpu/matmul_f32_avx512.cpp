@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "cpu/kernels_matmul.h"
+#include "cpu/matmul_f32_tiles.h"
 #include "cpu/simd_x86.h"
 
 namespace dasllama::cpu::mm {
@@ -179,90 +180,41 @@ inline void prefetch(const uint8_t* begin, const uint8_t* end) {
         _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
 }
 
-// One token: rows one at a time, reduced four at a time.
-template <class Row>
-void rows_one_token(int64_t n_rows, float* y, const Row& row) {
-    for (int64_t r = 0; r < n_rows; r += 4) {
-        const int n = int(std::min<int64_t>(4, n_rows - r));
-        __m512 v[4] = {};
-        for (int i = 0; i < n; ++i) v[i] = row(r + i);
-        store_sums(v, n, y + r, 1);
+// The kernel set of matmul_f32_tiles.h: float32 rows in 4 x 3 tiles, Q8_0 rows in 2 x 4
+// tiles with the next row tile prefetched.
+struct Avx512 {
+    using Vec = __m512;
+    static void store_sums(const __m512 (&v)[4], int n, float* y) { mm::store_sums(v, n, y, 1); }
+    static __m512 f32_row(const float* w, const float* x, int64_t cols) {
+        return mm::f32_row(w, x, cols);
     }
-}
-
-// Calls tile<R, T>(r, t) over the rows and tokens: R x T tiles, then the token remainder one
-// token at a time, then the row remainder.
-template <int R, int T, class Tile>
-void over_tiles(int64_t n_rows, int64_t n_tokens, const Tile& tile) {
-    auto rows = [&](auto rc, int64_t r) {
-        constexpr int RR = decltype(rc)::value;
-        int64_t t = 0;
-        for (; t + T <= n_tokens; t += T) tile.template run<RR, T>(r, t);
-        for (; t < n_tokens; ++t) tile.template run<RR, 1>(r, t);
-    };
-    int64_t r = 0;
-    for (; r + R <= n_rows; r += R) rows(std::integral_constant<int, R>{}, r);
-    switch (n_rows - r) {
-        case 3: rows(std::integral_constant<int, 3>{}, r); break;
-        case 2: rows(std::integral_constant<int, 2>{}, r); break;
-        case 1: rows(std::integral_constant<int, 1>{}, r); break;
-        default: break;
+    static __m512 q8_row(const uint8_t* w, int64_t nb, const float* x) {
+        return mm::q8_row(w, nb, x);
     }
-}
-
-struct F32Tile {
-    const float* w;
-    int64_t ldw, cols;
-    const float* x;
-    int64_t ldx;
-    float* y;
-    int64_t ldy;
     template <int R, int T>
-    void run(int64_t r, int64_t t) const {
-        f32_tile<R, T>(w + r * ldw, ldw, cols, x + t * ldx, ldx, y + t * ldy + r, ldy);
+    static void f32_tile(const float* w, int64_t ldw, int64_t cols, const float* x, int64_t ldx,
+                         float* y, int64_t ldy) {
+        mm::f32_tile<R, T>(w, ldw, cols, x, ldx, y, ldy);
     }
-};
-
-struct Q8Tile {
-    const uint8_t* w;
-    int64_t wrb, nb;
-    const float* x;
-    int64_t ldx;
-    float* y;
-    int64_t ldy;
-    const uint8_t* end;  // the last row's end: prefetches stay inside the matrix
     template <int R, int T>
-    void run(int64_t r, int64_t t) const {
-        const uint8_t* wr = w + r * wrb;
-        if (t == 0) {  // the next row tile, while this one is computed
-            const uint8_t* next = std::min(wr + R * wrb, end);
-            prefetch(next, std::min(next + R * wrb, end));
-        }
-        q8_tile<R, T>(wr, wrb, nb, x + t * ldx, ldx, y + t * ldy + r, ldy);
+    static void q8_tile(const uint8_t* w, int64_t wrb, int64_t nb, const float* x, int64_t ldx,
+                        float* y, int64_t ldy) {
+        mm::q8_tile<R, T>(w, wrb, nb, x, ldx, y, ldy);
     }
+    static constexpr int kF32Rows = 4, kF32Tokens = 3, kQ8Rows = 2, kQ8Tokens = 4;
+    static void q8_prefetch(const uint8_t* begin, const uint8_t* end) { prefetch(begin, end); }
 };
 
 }  // namespace
 
 void gemm_f32_avx512(const float* w, int64_t ldw, int64_t n_rows, int64_t cols,
                      const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy) {
-    if (n_tokens == 1) {
-        rows_one_token(n_rows, y, [&](int64_t r) { return f32_row(w + r * ldw, x, cols); });
-        return;
-    }
-    over_tiles<4, 3>(n_rows, n_tokens, F32Tile{w, ldw, cols, x, ldx, y, ldy});
+    f32_tiles::gemm_f32<Avx512>(w, ldw, n_rows, cols, x, ldx, n_tokens, y, ldy);
 }
 
 void gemm_q8_0_f32_avx512(const uint8_t* w, int64_t wrb, int64_t n_rows, int64_t cols,
                           const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy) {
-    const int64_t nb = cols / 32;
-    if (n_tokens == 1) {
-        rows_one_token(n_rows, y, [&](int64_t r) { return q8_row(w + r * wrb, nb, x); });
-        return;
-    }
-    const uint8_t* end = w + n_rows * wrb;
-    prefetch(w, std::min(w + 2 * wrb, end));
-    over_tiles<2, 4>(n_rows, n_tokens, Q8Tile{w, wrb, nb, x, ldx, y, ldy, end});
+    f32_tiles::gemm_q8_0_f32<Avx512>(w, wrb, n_rows, cols, x, ldx, n_tokens, y, ldy);
 }
 
 void dequantize_f16_avx512(const uint8_t* src, float* dst, int64_t cols) {

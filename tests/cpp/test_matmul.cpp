@@ -354,3 +354,31 @@ TEST(shared_input_equals_separate_calls) {
     cpu::matmul_shared_input(&one, 1, x.data(), 1, pool);
     CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0);
 }
+
+// A product below the inline knee (cpu/matmul.cpp kInlineMacs, 65536 multiply-adds) runs on
+// the calling thread without a pool job; a larger one wakes the pool. Both paths give the
+// results a one-thread pool gives, bit for bit.
+TEST(small_products_run_on_the_caller) {
+    std::mt19937 rng(5);
+    ThreadPool pool(2), one(1);
+    for (const char* name : {"F32", "Q8_0"}) {
+        const TypeTraits* t = type_traits(name);
+        for (int64_t rows : {int64_t(1024), int64_t(4096)}) {  // 1024 x 32 = 32768: inline
+            const int64_t cols = 32;
+            auto data = random_rows(*t, rows, cols, rng);
+            auto w = cpu::prepare_weight(*t, rows, cols, data.data(), nullptr);
+            auto x = random_activations(cols, rng);
+            for (Precision p : {Precision::kF32, Precision::kFast}) {
+                std::vector<float> y(size_t(rows), NAN), y1(size_t(rows), NAN);
+                const int64_t jobs0 = pool.jobs_run();
+                cpu::matmul(w, x.data(), 1, y.data(), pool, p);
+                const int64_t jobs = pool.jobs_run() - jobs0;
+                CHECK_MSG(jobs == (rows * cols < 65536 ? 0 : 1),
+                          std::string(name) + " rows " + std::to_string(rows) + ": " +
+                              std::to_string(jobs) + " jobs");
+                cpu::matmul(w, x.data(), 1, y1.data(), one, p);
+                CHECK(std::memcmp(y.data(), y1.data(), y.size() * sizeof(float)) == 0);
+            }
+        }
+    }
+}

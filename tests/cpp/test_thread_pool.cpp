@@ -1,5 +1,6 @@
 // The thread pool: every thread runs each job exactly once, jobs see each other's writes in
-// order, exceptions reach the caller, and sleeping workers wake up.
+// order, exceptions reach the caller, and sleeping workers wake up; posted tasks run in order
+// on a worker beside the jobs.
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
@@ -101,4 +102,88 @@ TEST(destroy_idle_and_busy_pools) {
         if (i % 2) pool.run([](int, int) {});
     }
     CHECK(true);
+}
+
+// Posted tasks run one at a time in the order posted, on a worker, while jobs go on: a task
+// appends its index to a plain vector (only the pool orders the writes), and jobs run between
+// posts. A pool of one thread runs each task at once on the caller.
+TEST(posted_tasks_run_in_order_beside_jobs) {
+    for (int n : {1, 2, 3}) {
+        ThreadPool pool(n);
+        std::vector<int> order;
+        std::atomic<int> on_caller{0};
+        const std::thread::id caller = std::this_thread::get_id();
+        std::atomic<int64_t> job_sum{0};
+        const int tasks = 200;
+        for (int k = 0; k < tasks; ++k) {
+            pool.post([&, k] {
+                if (std::this_thread::get_id() == caller) on_caller.fetch_add(1);
+                order.push_back(k);
+            });
+            for (int j = 0; j < 3; ++j)
+                pool.run([&](int thread, int) { job_sum.fetch_add(thread + 1); });
+        }
+        pool.wait_posted();
+        REQUIRE(int(order.size()) == tasks);
+        bool in_order = true;
+        for (int k = 0; k < tasks; ++k) in_order = in_order && order[size_t(k)] == k;
+        CHECK(in_order);
+        CHECK(pool.tasks_done() == tasks);
+        CHECK(job_sum.load() == int64_t(tasks) * 3 * n * (n + 1) / 2);
+        // With workers, no task ran on the caller; without, all did.
+        CHECK_MSG(on_caller.load() == (n == 1 ? tasks : 0), std::to_string(on_caller.load()));
+    }
+}
+
+// A job does not wait for a worker busy with a task: the caller takes its share. The task
+// holds the worker until the caller has finished a job, which it can only do on its own.
+TEST(jobs_go_on_while_a_task_holds_the_worker) {
+    ThreadPool pool(2);
+    std::atomic<bool> job_done{false}, task_started{false};
+    std::atomic<int> shares_on_caller{0};
+    const std::thread::id caller = std::this_thread::get_id();
+    pool.post([&] {
+        task_started = true;
+        const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!job_done && std::chrono::steady_clock::now() < limit) std::this_thread::yield();
+    });
+    while (!task_started) std::this_thread::yield();
+    pool.run([&](int, int) {
+        if (std::this_thread::get_id() == caller) shares_on_caller.fetch_add(1);
+    });
+    job_done = true;
+    pool.wait_posted();
+    CHECK_MSG(shares_on_caller.load() == 2, std::to_string(shares_on_caller.load()));
+}
+
+// A task's exception reaches the next wait_posted, once; later tasks still run.
+TEST(posted_exceptions_reach_the_waiter) {
+    for (int n : {1, 2}) {
+        ThreadPool pool(n);
+        std::atomic<int> ran{0};
+        pool.post([] { throw std::runtime_error("task boom"); });
+        pool.post([&] { ran.fetch_add(1); });
+        bool caught = false;
+        try {
+            pool.wait_posted();
+        } catch (const std::runtime_error& e) {
+            caught = std::string(e.what()) == "task boom";
+        }
+        CHECK(caught);
+        CHECK(ran.load() == 1);
+        pool.wait_posted();  // the error was reported once
+        CHECK(pool.tasks_done() == 2);
+    }
+}
+
+// A worker asleep (past its spin time) wakes for a posted task.
+TEST(sleeping_workers_wake_for_tasks) {
+    ThreadPool pool(2);
+    std::atomic<int> ran{0};
+    for (int round = 0; round < 3; ++round) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        pool.post([&] { ran.fetch_add(1); });
+        pool.wait_posted();
+    }
+    CHECK(ran.load() == 3);
 }

@@ -8,6 +8,7 @@
 #include "core/errors.h"
 #include "core/gguf.h"
 #include "core/thread_pool.h"
+#include "core/tuning.h"
 #include "tts/pocket/backbone.h"
 #include "tts/pocket/flow_head.h"
 #include "tts/pocket/gpu_seats.h"
@@ -35,6 +36,42 @@ private:
     std::chrono::steady_clock::time_point t0_;
 };
 
+// How the CPU chain shares the pool's threads between the frame loop and Mimi decoding. The
+// frame loop is a chain of short matrix-vector products, each a pool job that two threads
+// speed up by less than two, so the codec running beside it on a thread of its own pays:
+//   0: one after the other, each on the whole pool (the frames of a call, then their audio);
+//   1: each frame's decoding posted to a pool worker as the frame is made; the frame loop's
+//      jobs go on with the threads that are free (the worker rejoins between frames), and the
+//      call's last frame, with nothing left to overlap, is decoded on the whole pool;
+//   2: the codec keeps a worker to itself for the whole call and the frame loop keeps to the
+//      calling thread (the split of one codec thread, one frame thread).
+// With one thread, 0. Any value gives the same audio (tests/test_pocket_overlap.py).
+const tuning::Knob& kCodecOverlap = tuning::define(
+    "cpu.pocket.codec_overlap", 1, 0, 2,
+    "Pocket TTS on the CPU: 0 Mimi after the frames, 1 beside them on a free worker, 2 on a "
+    "worker of its own");
+
+// Waits for the posted decodes when a step unwinds with an exception (they touch the model);
+// nullptr: nothing is posted.
+class PostedWait {
+public:
+    explicit PostedWait(ThreadPool* pool) : pool_(pool) {}
+    ~PostedWait() {
+        if (!pool_) return;
+        try {
+            pool_->wait_posted();
+        } catch (...) {
+            // the exception already propagating is the one the caller sees
+        }
+    }
+    void release() { pool_ = nullptr; }
+    PostedWait(const PostedWait&) = delete;
+    PostedWait& operator=(const PostedWait&) = delete;
+
+private:
+    ThreadPool* pool_;
+};
+
 }  // namespace
 
 PocketModel::PocketModel(const std::string& path, int n_threads, const std::string& device) {
@@ -42,6 +79,8 @@ PocketModel::PocketModel(const std::string& path, int n_threads, const std::stri
     cfg_ = read_pocket_config(*file_);
     weights_ = std::make_unique<PocketWeights>(load_pocket_weights(file_, cfg_));
     pool_ = std::make_unique<ThreadPool>(n_threads);
+    codec_pool_ = std::make_unique<ThreadPool>(1);
+    solo_pool_ = std::make_unique<ThreadPool>(1);
     backbone_ = std::make_unique<Backbone>(cfg_, *weights_, pool_->size());
     flow_ = std::make_unique<FlowHead>(cfg_, *weights_);
     decoder_ = std::make_unique<MimiDecoder>(cfg_, *weights_, pool_->size());
@@ -218,6 +257,13 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
     cond_.resize(size_t(Z));
     eps_.resize(size_t(L));
     bool on_gpu = gpu_ != nullptr;
+    const int64_t overlap = gpu_ || pool_->size() < 2 ? 0 : kCodecOverlap.get();
+    ThreadPool& frame_pool = overlap == 2 ? *solo_pool_ : *pool_;
+    int64_t posted = 0;  // frames of `batch` handed to the codec's worker
+    codec_audio_.clear();
+    codec_ms_ = 0;
+    PostedWait unwinding(overlap ? pool_.get() : nullptr);
+    const int64_t jobs0 = pool_->jobs_run();
     while (!done_ && made < max_frames) {
         const int64_t g = frame_;
         const int64_t after = params_.frames_after_eos;
@@ -234,7 +280,7 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
         {
             StageClock clock(times_.backbone_ms);
             backbone_->frame_step(state, latent_.empty() ? nullptr : latent_.data(),
-                                  cond_.data(), *pool_);
+                                  cond_.data(), frame_pool);
             logit = backbone_->eos_logit(cond_.data());
         }
         if (logit > params_.eos_threshold && record_.eos_frame < 0 &&
@@ -250,7 +296,7 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
         {
             StageClock clock(times_.flow_ms);
             flow_->run(cond_.data(), noisy ? eps_.data() : nullptr, params_.temperature,
-                       params_.lsd_steps, latent_.data(), *pool_);
+                       params_.lsd_steps, latent_.data(), frame_pool);
         }
         record_.conditioning.insert(record_.conditioning.end(), cond_.begin(), cond_.end());
         record_.eos_logits.push_back(logit);
@@ -258,18 +304,43 @@ int64_t PocketModel::step(int64_t max_frames, std::vector<float>& audio) {
         batch.insert(batch.end(), latent_.begin(), latent_.end());
         ++frame_;
         ++made;
+        if (overlap) {
+            // The call's last frame (known here unless the next frame's EOS logit ends the
+            // chunk) has no frame left to overlap: in mode 1 the whole pool decodes it below.
+            const bool last = made == max_frames || frame_ >= record_.frames_cap ||
+                              (record_.eos_frame >= 0 && frame_ >= record_.eos_frame + after);
+            if (!last || overlap == 2) {
+                post_decode(batch.data() + posted * L, made - posted);
+                posted = made;
+            }
+        }
+    }
+    if (overlap) {
+        unwinding.release();
+        try {
+            pool_->wait_posted();
+        } catch (...) {
+            done_ = true;  // the stream lost a piece: the chunk cannot go on
+            throw;
+        }
+        times_.mimi_ms += codec_ms_;
+        times_.frames_overlapped += posted;
     }
     if (made == 0) return 0;
     times_.frames += made;
     StageClock clock(times_.mimi_ms);
-    const std::vector<float> mimi_in = denormalize(batch.data(), made);
     const size_t start = audio.size();
-    decode_audio(mimi_in.data(), made, audio);
+    audio.insert(audio.end(), codec_audio_.begin(), codec_audio_.end());
+    if (made > posted) {
+        const std::vector<float> mimi_in = denormalize(batch.data() + posted * L, made - posted);
+        decode_audio(mimi_in.data(), made - posted, audio);
+    }
     // The package fades each chunk in over its first sample_rate / 200 samples
     // (linspace(0, 1, n): the first sample is silenced, the n-th kept whole).
     const int64_t fade = cfg_.sample_rate / 200;
     for (size_t i = start; i < audio.size() && faded_ < fade; ++i, ++faded_)
         audio[i] *= fade > 1 ? float(double(faded_) / double(fade - 1)) : 1.0f;
+    times_.step_jobs += pool_->jobs_run() - jobs0;
     return made;
 }
 
@@ -331,6 +402,19 @@ bool PocketModel::step_gpu(KVCache& state, int64_t budget, std::vector<float>& b
     }
     gpu_->frames_kept(state, kept);
     return true;
+}
+
+void PocketModel::post_decode(const float* latents, int64_t n) {
+    std::vector<float> in = denormalize(latents, n);
+    codec_latents_.insert(codec_latents_.end(), in.begin(), in.end());
+    codec_sizes_.push_back(n);
+    pool_->post([this, in = std::move(in), n] {
+        const auto t0 = std::chrono::steady_clock::now();
+        decoder_->decode(in.data(), n, codec_audio_, *codec_pool_);
+        codec_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                               t0)
+                         .count();
+    });
 }
 
 void PocketModel::reset_decoder() {

@@ -9,6 +9,11 @@
 //                on this frame's noise; the frames de-normalized and decoded by Mimi. The
 //                first samples of a chunk are faded in over sample_rate / 200 samples.
 //
+// On the CPU, Mimi decodes a frame on a pool worker while the frame loop makes the next
+// (the knob cpu.pocket.codec_overlap, pocket_model.cpp): the decoder gives the same samples
+// for any split of the frames into calls and any thread count, so the audio is the serial
+// chain's bit for bit, and a call still returns the audio of exactly its frames.
+//
 // The EOS rule (the package's): the first frame g >= min_frames_before_eos whose EOS logit
 // exceeds the threshold is the EOS frame; frames_after_eos more frames follow, then the chunk
 // ends. It also ends at the length cap, PocketConfig::frames_cap(tokens).
@@ -66,8 +71,11 @@ struct StageTimes {
     double backbone_ms = 0;  // CPU frame steps: backbone and EOS logit
     double flow_ms = 0;      // CPU flow head
     double frames_gpu_ms = 0;  // the frames seat: backbone and flow head together, on a GPU
-    double mimi_ms = 0;      // de-normalization, Mimi decoding and the fade-in
+    double mimi_ms = 0;      // de-normalization, Mimi decoding and the fade-in (on the CPU
+                             // partly beside the frame loop: stages may sum past the wall)
     int64_t prompt_rows = 0, frames = 0;
+    int64_t frames_overlapped = 0;  // frames Mimi decoded on a worker beside the frame loop
+    int64_t step_jobs = 0;  // jobs the frame loop and Mimi handed to the pool's workers
 };
 
 // What a chunk produced so far, for tests (per generated frame).
@@ -155,6 +163,9 @@ private:
     void run_prompt(KVCache& state, const float* rows, int64_t n);
     // A fresh Mimi stream (the CPU decoder's and the device's).
     void reset_decoder();
+    // Hands normalized latents [n, L] to a pool worker, which decodes them into
+    // codec_audio_ after the pieces handed over before (CPU only).
+    void post_decode(const float* latents, int64_t n);
     // The codec seat or the CPU decoder: de-normalized latents [n, L] -> audio appended. The
     // stream's state lives where the last call ran; a call on the other side first replays
     // the stream's earlier pieces there (their audio dropped), so both give the same rows.
@@ -165,6 +176,9 @@ private:
     std::shared_ptr<GGUFFile> file_;
     std::unique_ptr<PocketWeights> weights_;
     std::unique_ptr<ThreadPool> pool_;
+    // Pools of one thread (no workers): the codec's on a worker, and the frame loop's when it
+    // keeps to the calling thread (cpu.pocket.codec_overlap 2).
+    std::unique_ptr<ThreadPool> codec_pool_, solo_pool_;
     std::unique_ptr<Backbone> backbone_;
     std::unique_ptr<FlowHead> flow_;
     std::unique_ptr<MimiDecoder> decoder_;
@@ -175,6 +189,10 @@ private:
     std::vector<float> codec_latents_;
     std::vector<int64_t> codec_sizes_;
     bool codec_on_gpu_ = false;  // where the stream's state is
+    // What the pool's worker decoded during this step call, and the time it took (written by
+    // the worker, read after ThreadPool::wait_posted).
+    std::vector<float> codec_audio_;
+    double codec_ms_ = 0;
 
     struct Voice {
         std::unique_ptr<KVCache> state;

@@ -266,6 +266,10 @@ def add_tts_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="noise seed of the first request")
     p.add_argument("--pause", type=float, default=0.1,
                    help="seconds of rest before each timed request (default 0.1)")
+    p.add_argument("--quiet-wait", type=float, default=0.0, metavar="SECONDS",
+                   help="before each timed request wait up to SECONDS for the rest of the "
+                        "machine to be quiet, and run a disturbed request again (default 0: "
+                        "off; others' CPU use is recorded either way)")
     p.add_argument("--out", "-o", metavar="FILE",
                    help="write the JSON record there; {box} becomes the machine's label")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
@@ -350,7 +354,7 @@ def run_tts(args) -> int:
         return tts.benchmark(paths, open_ours, open_peer, threads=threads, reps=args.reps,
                              frames=args.frames, text=args.text,
                              temperature=args.temperature, seed=args.seed, pause=args.pause,
-                             device=args.device,
+                             device=args.device, quiet_wait=args.quiet_wait,
                              noise_cv=None if args.no_rerun else record.NOISE_CV,
                              checkpoint=checkpoint and Path(checkpoint),
                              on_event=on_event, on_rows=on_rows,

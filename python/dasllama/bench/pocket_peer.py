@@ -61,6 +61,11 @@ class Request:
     samples: int
     tokens: list = field(default_factory=list)
     audio: Optional[object] = None       # float32 NumPy array
+    # The quiet guard (bench/quiet.py): CPU seconds other processes used during the request,
+    # seconds waited for quiet before it, and the wall times of disturbed attempts discarded.
+    others_cpu_s: Optional[float] = None
+    waited_s: float = 0.0
+    discarded: list = field(default_factory=list)
 
 
 def _max_rss() -> int:
@@ -253,6 +258,16 @@ class PocketRunner:
 
     def max_rss(self) -> int:
         return int(self._ask(cmd="rss")["max_rss"])
+
+    def cpu_seconds(self) -> float:
+        """User plus system CPU seconds of the runner so far (0 where /proc has none)."""
+        from .serve_load import CLK_TCK
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        except (OSError, IndexError, ValueError):
+            return 0.0
 
     def close(self) -> None:
         if self.proc.poll() is None:

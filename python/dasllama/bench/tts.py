@@ -27,6 +27,14 @@ The method, as ``dasllama bench llm``'s:
   all three of that engine's rows (they come from the same requests), which keep the first
   attempt's cv and samples. A row still above 3% is marked ``noisy``.
 
+On a shared box every timed request records the CPU seconds the rest of the machine used
+meanwhile (``others_cpu_s``: /proc/stat's busy time less the harness's and the runner's), so a
+record says how loaded the box was. ``--quiet-wait SECONDS`` also waits (up to that long)
+before each request for the rest of the machine to be quiet, and runs a request disturbed by
+others (more than a twentieth of a core on average) again, at most 3 times; the rows keep the
+seconds waited and what the discarded attempts measured (``disturbed_samples``). The guard is
+bench/quiet.py's, as ``dasllama bench asr`` and ``serve`` use it.
+
 Both engines get the same thread count: dasllama's pool (``n_threads``) and torch's intra-op
 pool (``torch.set_num_threads``; the package also runs Mimi decoding on a second Python thread
 of its own). The package runs in a runner process by default (pocket_peer.py), so the two
@@ -40,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from . import probe
+from . import probe, quiet
 from .llm import BenchError, backend_of, model_info, schedule
 from .pocket_peer import ENGINE as PEER, Request
 from .record import NOISE_CV
@@ -158,12 +166,39 @@ def _worst_cv(reqs, sample_rate) -> float:
     return max((c for c in cvs if not math.isnan(c)), default=0.0)
 
 
+def _guarded_run(engine, processes, text, frames, temperature, seed,
+                 quiet_wait: float) -> Request:
+    """One timed request with others' CPU use measured; with ``quiet_wait`` the machine's
+    quiet is waited for first and a disturbed request run again (quiet.DISTURBED_RETRIES at
+    most)."""
+    discarded: list = []
+
+    def ours() -> float:
+        return sum(p.cpu_seconds() for p in processes) + quiet.cpu_self()
+
+    while True:
+        waited = quiet.wait_quiet(processes, quiet_wait) if quiet_wait else 0.0
+        busy0, ours0 = quiet.machine_busy_s(), ours()
+        r = engine.run(text, frames, temperature, seed)
+        busy1, ours1 = quiet.machine_busy_s(), ours()
+        r.waited_s = waited
+        if busy0 is not None and busy1 is not None:
+            r.others_cpu_s = max(0.0, (busy1 - busy0) - (ours1 - ours0))
+        disturbed = quiet_wait and quiet.disturbed(r.others_cpu_s, r.wall_ns / 1e9)
+        if not disturbed or len(discarded) >= quiet.DISTURBED_RETRIES:
+            r.discarded = discarded
+            return r
+        discarded.append(r.wall_ns)
+
+
 def _timed(names, by_name, text, frames, temperature, seed, reps, pause, out, on_event,
-           attempt=0):
+           attempt=0, quiet_wait: float = 0.0):
+    processes = [e for e in by_name.values() if hasattr(e, "cpu_seconds")]
     for rep, name in schedule(names, reps):
         if pause > 0:
             time.sleep(pause)    # let the other engine's threads go idle
-        r = by_name[name].run(text, frames, temperature, seed + rep)
+        r = _guarded_run(by_name[name], processes, text, frames, temperature, seed + rep,
+                         quiet_wait)
         out[name].append(r)
         on_event("run", engine=name, test="request", rep=rep, ns=r.wall_ns,
                  first_ns=r.first_audio_ns, attempt=attempt)
@@ -171,7 +206,7 @@ def _timed(names, by_name, text, frames, temperature, seed, reps, pause, out, on
 
 def measure(engines: Sequence, *, text: str, frames: int, reps: int, temperature: float = 0.3,
             seed: int = 0, pause: float = 0.0, noise_cv: Optional[float] = NOISE_CV,
-            on_event: Callable = lambda *a, **k: None) -> dict:
+            quiet_wait: float = 0.0, on_event: Callable = lambda *a, **k: None) -> dict:
     """Validate, warm up, then time ``reps`` alternating requests on every engine (the noisy
     rule in the module docstring). Returns {"requests": {engine: [Request]}, "reruns":
     {engine: [first attempt's Requests]}, "validation": {...}}."""
@@ -190,7 +225,8 @@ def measure(engines: Sequence, *, text: str, frames: int, reps: int, temperature
         on_event("warmup", engine=e.name, test="request")
     rate = validation["sample_rate"]
     requests = {n: [] for n in names}
-    _timed(names, by_name, text, frames, temperature, seed, reps, pause, requests, on_event)
+    _timed(names, by_name, text, frames, temperature, seed, reps, pause, requests, on_event,
+           quiet_wait=quiet_wait)
     first = {n: _worst_cv(requests[n], rate) for n in names}
     noisy = [n for n in names if noise_cv is not None and reps > 1 and first[n] > noise_cv]
     reruns: dict = {}
@@ -199,7 +235,7 @@ def measure(engines: Sequence, *, text: str, frames: int, reps: int, temperature
         for n in noisy:
             reruns[n], requests[n] = requests[n], []
         _timed(noisy, by_name, text, frames, temperature, seed, reps, pause, requests,
-               on_event, attempt=1)
+               on_event, attempt=1, quiet_wait=quiet_wait)
     return {"requests": requests, "reruns": reruns, "validation": validation}
 
 
@@ -231,6 +267,13 @@ def rows_for(engine, model: dict, requests: Sequence[Request], sample_rate: int,
                "audio_seconds": requests[0].samples / sample_rate, "voice": "none"}
         if getattr(engine, "device", None):
             row["device"] = engine.device
+        others = [r.others_cpu_s for r in requests]
+        if any(o is not None for o in others):
+            row["others_cpu_s"] = [o if o is not None else 0.0 for o in others]
+        row["waited_s"] = [r.waited_s for r in requests]
+        disturbed = [d for r in requests for d in r.discarded]
+        if disturbed and test == "request_wall":
+            row["disturbed_samples"] = [d / 1e6 for d in disturbed]
         if firsts is not None:
             row["first_cv"] = summarize(firsts[test]).cv
             row["first_samples_ns"] = first_ns[test]
@@ -262,6 +305,7 @@ def benchmark(models: Sequence, open_ours: Optional[Callable], open_peer: Option
               *, threads: int, reps: int, frames: int = 50, text: str = TEXT,
               temperature: float = 0.3, seed: int = 0, pause: float = 0.1,
               device: str = "cpu", noise_cv: Optional[float] = NOISE_CV,
+              quiet_wait: float = 0.0,
               checkpoint: Optional[Path] = None, on_event: Callable = lambda *a, **k: None,
               on_rows: Callable = lambda result: None, config: Optional[dict] = None) -> dict:
     """The whole TTS benchmark over ``models`` (GGUF paths, e.g. one per lane of one
@@ -277,6 +321,7 @@ def benchmark(models: Sequence, open_ours: Optional[Callable], open_peer: Option
                          "alternate": True, "seed": seed, "pause_s": pause,
                          "temperature": temperature, "text": text, "voice": None,
                          "device": device, "noise_cv": noise_cv, "noise_reruns": 1,
+                         "quiet_wait_s": quiet_wait,
                          **(config or {})},
               "engines": {}, "rows": [], "memory": [], "validation": []}
     on_event("start", total_rows=total)
@@ -309,7 +354,7 @@ def benchmark(models: Sequence, open_ours: Optional[Callable], open_peer: Option
                     engines.append(peer)
                 got = measure(engines, text=text, frames=frames, reps=reps,
                               temperature=temperature, seed=seed, pause=pause,
-                              noise_cv=noise_cv, on_event=heard)
+                              noise_cv=noise_cv, quiet_wait=quiet_wait, on_event=heard)
                 rate = got["validation"]["sample_rate"]
                 for e in engines:
                     quant = "F32" if e is peer else model["quant"]
