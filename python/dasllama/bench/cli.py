@@ -207,18 +207,7 @@ def run_llm(args) -> int:
                                pause=args.pause, kv_type=args.kv_type, device=args.device,
                                noise_cv=None if args.no_rerun else record.NOISE_CV,
                                out=args.out, quiet=args.quiet)
-    if rec["rows"]:
-        print(record.format_table(rec))
-        if rec.get("memory"):
-            print()
-            print(record.format_memory(rec))
-    if path:
-        print(f"\nrecord written to {path}" + ("" if rec["complete"] else " (incomplete)"))
-    if rec.get("stopped"):
-        return 130
-    if args.check:
-        return _check(rec, args.records)
-    return 0
+    return _report(rec, path, args, memory=True)
 
 
 def add_tts_arguments(p: argparse.ArgumentParser) -> None:
@@ -315,14 +304,7 @@ def _run_tts_kokoro(args) -> int:
                                     voice=args.voice or "jf_alpha", pause=args.pause,
                                     engines=engines, sizes=sizes, on_event=on_event,
                                     on_rows=on_rows)
-    rec, path = record_run(run, out=args.out, quiet=args.quiet)
-    if rec["rows"]:
-        print(record.format_table(rec))
-    if path:
-        print(f"\nrecord written to {path}" + ("" if rec["complete"] else " (incomplete)"))
-    if rec.get("stopped"):
-        return 130
-    return _check(rec, args.records) if args.check else 0
+    return _report(*record_run(run, out=args.out, quiet=args.quiet), args)
 
 
 def run_tts(args) -> int:
@@ -360,17 +342,23 @@ def run_tts(args) -> int:
                              on_event=on_event, on_rows=on_rows,
                              config={"precision": args.precision,
                                      "peer_process": args.peer_process})
-    rec, path = record_run(run, gpu=llm.backend_of(args.device) != "cpu", out=args.out,
-                           quiet=args.quiet)
+    return _report(*record_run(run, gpu=llm.backend_of(args.device) != "cpu", out=args.out,
+                               quiet=args.quiet), args)
+
+
+def _report(rec: dict, path, args, memory: bool = False) -> int:
+    """A finished run's table (and memory lines), where its record went, and the exit code:
+    130 when a signal stopped it, else the --check comparison's, else 0."""
     if rec["rows"]:
         print(record.format_table(rec))
+        if memory and rec.get("memory"):
+            print()
+            print(record.format_memory(rec))
     if path:
         print(f"\nrecord written to {path}" + ("" if rec["complete"] else " (incomplete)"))
     if rec.get("stopped"):
         return 130
-    if args.check:
-        return _check(rec, args.records)
-    return 0
+    return _check(rec, args.records) if args.check else 0
 
 
 def _check(new: dict, folder: Optional[str]) -> int:

@@ -23,7 +23,7 @@ no noise, so every request of a text is the same work.
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
@@ -50,6 +50,22 @@ TEXTS = {
 TESTS = (("request_wall", "ms"), ("first_audio", "ms"), ("rtf", "x"))
 
 
+def _request(pieces: Iterator[np.ndarray], tokens: Callable, keep_audio: bool) -> Request:
+    """One timed request: ``pieces`` consumed to the end (the clock runs from the first
+    next()), with the chunks' ids from ``tokens()`` and the audio when ``keep_audio``."""
+    kept, samples, first = [], 0, None
+    t0 = time.perf_counter_ns()
+    for audio in pieces:
+        if first is None:
+            first = time.perf_counter_ns() - t0
+        samples += len(audio)
+        if keep_audio:
+            kept.append(audio)
+    wall = time.perf_counter_ns() - t0
+    return Request(wall, first, samples, tokens() if keep_audio else [],
+                   np.concatenate(kept) if keep_audio else None)
+
+
 class _Peer:
     """onnxruntime speaking the engine's plan chunk by chunk."""
 
@@ -58,21 +74,15 @@ class _Peer:
     def __init__(self, speak: Callable, version: str, threads: int, tts):
         self._speak, self.version, self.threads, self._tts = speak, version, threads, tts
 
-    def run(self, text: str, voice: str, keep_audio: bool = False) -> Request:
-        pieces, samples, first = [], 0, None
-        t0 = time.perf_counter_ns()     # kokoro-onnx phonemizes inside its call too
-        chunks = self._tts.plan(text)
+    def _pieces(self, text: str, voice: str) -> Iterator[np.ndarray]:
+        chunks = self._tts.plan(text)       # inside the clock: kokoro-onnx phonemizes too
         pack = self._tts.voice_pack(voice)
         for c in chunks:
-            audio = self._speak(c.ids, pack[c.style_row], 1.0)
-            if first is None:
-                first = time.perf_counter_ns() - t0
-            samples += len(audio)
-            if keep_audio:
-                pieces.append(audio)
-        wall = time.perf_counter_ns() - t0
-        return Request(wall, first, samples, [c.ids for c in chunks],
-                       np.concatenate(pieces) if keep_audio else None)
+            yield self._speak(c.ids, pack[c.style_row], 1.0)
+
+    def run(self, text: str, voice: str, keep_audio: bool = False) -> Request:
+        return _request(self._pieces(text, voice),
+                        lambda: [c.ids for c in self._tts.plan(text)], keep_audio)
 
 
 class _Ours:
@@ -84,18 +94,8 @@ class _Ours:
         self.tts, self.version, self.threads = tts, version, threads
 
     def run(self, text: str, voice: str, keep_audio: bool = False) -> Request:
-        pieces, samples, first = [], 0, None
-        t0 = time.perf_counter_ns()
-        for audio in self.tts.stream(text, voice, word_timestamps=False):
-            if first is None:
-                first = time.perf_counter_ns() - t0
-            samples += len(audio)
-            if keep_audio:
-                pieces.append(audio)
-        wall = time.perf_counter_ns() - t0
-        chunks = [c.ids for c in self.tts.plan(text)] if keep_audio else []
-        return Request(wall, first, samples, chunks,
-                       np.concatenate(pieces) if keep_audio else None)
+        return _request(self.tts.stream(text, voice, word_timestamps=False),
+                        lambda: [c.ids for c in self.tts.plan(text)], keep_audio)
 
 
 def _rel_l2(a, b) -> Optional[float]:
