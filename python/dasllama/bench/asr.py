@@ -384,26 +384,8 @@ def _figures(reqs: Sequence[Request], seconds: float) -> dict:
 
 
 def _guarded_run(runner, runners, clip, beam, quiet_wait: float) -> Request:
-    """One timed request; with ``quiet_wait`` the machine's quiet is waited for first, others'
-    CPU use measured, and a disturbed request run again (quiet.DISTURBED_RETRIES at most)."""
-    discarded: list = []
-
-    def ours() -> float:
-        return sum(x.cpu_seconds() for x in runners) + quiet.cpu_self()
-
-    while True:
-        waited = quiet.wait_quiet(runners, quiet_wait) if quiet_wait else 0.0
-        busy0, ours0 = quiet.machine_busy_s(), ours()
-        r = runner.run(clip, beam)
-        busy1, ours1 = quiet.machine_busy_s(), ours()
-        r.waited_s = waited
-        if busy0 is not None and busy1 is not None:
-            r.others_cpu_s = max(0.0, (busy1 - busy0) - (ours1 - ours0))
-        disturbed = quiet_wait and quiet.disturbed(r.others_cpu_s, r.wall_ns / 1e9)
-        if not disturbed or len(discarded) >= quiet.DISTURBED_RETRIES:
-            r.discarded = discarded
-            return r
-        discarded.append(r.wall_ns)
+    """One timed request under bench/quiet.py's guard (quiet.guarded_run)."""
+    return quiet.guarded_run(lambda: runner.run(clip, beam), runners, quiet_wait)
 
 
 def measure_cell(runners: Sequence, clip: Path, seconds: float, beam: int, *, reps: int,

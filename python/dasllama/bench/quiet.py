@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import resource
 import time
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from .serve_load import CLK_TCK
 
@@ -72,3 +72,29 @@ def wait_quiet(processes: Sequence, limit: float) -> float:
     while streak < QUIET_STREAK and time.monotonic() - t0 < limit:
         streak = streak + 1 if others_busy(processes) < QUIET_CORES else 0
     return time.monotonic() - t0
+
+
+def guarded_run(run_once: Callable, processes: Sequence, quiet_wait: float):
+    """One timed request (``run_once()``, which returns an object with ``wall_ns``) with
+    others' CPU use measured over it (``others_cpu_s``); with ``quiet_wait`` the machine's
+    quiet is waited for first (``waited_s``) and a disturbed request run again
+    (DISTURBED_RETRIES at most; the discarded walls in ``discarded``). ``processes``: the
+    runner processes whose CPU time is ours, not others'."""
+    discarded: list = []
+
+    def ours() -> float:
+        return sum(p.cpu_seconds() for p in processes) + cpu_self()
+
+    while True:
+        waited = wait_quiet(processes, quiet_wait) if quiet_wait else 0.0
+        busy0, ours0 = machine_busy_s(), ours()
+        r = run_once()
+        busy1, ours1 = machine_busy_s(), ours()
+        r.waited_s = waited
+        if busy0 is not None and busy1 is not None:
+            r.others_cpu_s = max(0.0, (busy1 - busy0) - (ours1 - ours0))
+        if not (quiet_wait and disturbed(r.others_cpu_s, r.wall_ns / 1e9)) or \
+                len(discarded) >= DISTURBED_RETRIES:
+            r.discarded = discarded
+            return r
+        discarded.append(r.wall_ns)

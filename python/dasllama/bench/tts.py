@@ -168,27 +168,9 @@ def _worst_cv(reqs, sample_rate) -> float:
 
 def _guarded_run(engine, processes, text, frames, temperature, seed,
                  quiet_wait: float) -> Request:
-    """One timed request with others' CPU use measured; with ``quiet_wait`` the machine's
-    quiet is waited for first and a disturbed request run again (quiet.DISTURBED_RETRIES at
-    most)."""
-    discarded: list = []
-
-    def ours() -> float:
-        return sum(p.cpu_seconds() for p in processes) + quiet.cpu_self()
-
-    while True:
-        waited = quiet.wait_quiet(processes, quiet_wait) if quiet_wait else 0.0
-        busy0, ours0 = quiet.machine_busy_s(), ours()
-        r = engine.run(text, frames, temperature, seed)
-        busy1, ours1 = quiet.machine_busy_s(), ours()
-        r.waited_s = waited
-        if busy0 is not None and busy1 is not None:
-            r.others_cpu_s = max(0.0, (busy1 - busy0) - (ours1 - ours0))
-        disturbed = quiet_wait and quiet.disturbed(r.others_cpu_s, r.wall_ns / 1e9)
-        if not disturbed or len(discarded) >= quiet.DISTURBED_RETRIES:
-            r.discarded = discarded
-            return r
-        discarded.append(r.wall_ns)
+    """One timed request under bench/quiet.py's guard (quiet.guarded_run)."""
+    return quiet.guarded_run(lambda: engine.run(text, frames, temperature, seed), processes,
+                             quiet_wait)
 
 
 def _timed(names, by_name, text, frames, temperature, seed, reps, pause, out, on_event,
