@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "core/cpu_features.h"
@@ -282,7 +283,15 @@ QConv::QConv(const int8_t* w, int64_t c_out, int64_t c_in, int64_t k, const Conv
         throw ShapeError(name + ": groups " + std::to_string(a_.groups) + " do not divide " +
                          std::to_string(c_in) + " inputs and " + std::to_string(c_out) +
                          " outputs");
-    p_ = pack(w, c_out, c_in / a_.groups * k, /*k_major=*/false, &zp, &scale, 1, a_.groups,
+    // The packed rows are tap-major ([tap][c_in / groups]), the file's are channel-major: a
+    // window's im2col row is then one copy of each tap's channels from the time-major input.
+    const int64_t cin_g = c_in / a_.groups;
+    std::vector<int8_t> tap_major(size_t(c_out * cin_g * k));
+    for (int64_t co = 0; co < c_out; ++co)
+        for (int64_t ci = 0; ci < cin_g; ++ci)
+            for (int64_t tap = 0; tap < k; ++tap)
+                tap_major[size_t((co * k + tap) * cin_g + ci)] = w[(co * cin_g + ci) * k + tap];
+    p_ = pack(tap_major.data(), c_out, cin_g * k, /*k_major=*/false, &zp, &scale, 1, a_.groups,
               name);
     if (bias) bias_.assign(bias, bias + c_out);
 }
@@ -317,8 +326,7 @@ void QConv::forward(const std::vector<float>& x, int64_t n, std::vector<float>& 
 
 void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const {
     const int64_t lout = out_length(n);
-    std::vector<uint8_t> q(size_t(c_in_ * n));
-    const QuantParams qp = dynamic_quantize(x, c_in_ * n, q.data());
+    const QuantParams qp = quant_params(x, c_in_ * n);
     const float s = qp.scale * p_.scale[0];
     std::vector<double> fb(size_t(c_out_), 0.0);   // the graph's integer bias
     for (int64_t co = 0; co < c_out_ && !bias_.empty(); ++co)
@@ -326,6 +334,30 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
     const int64_t groups = a_.groups, cin_g = c_in_ / groups, cout_g = c_out_ / groups;
     const int64_t kk = p_.k, kp = p_.kp;
     const uint8_t zx = static_cast<uint8_t>(qp.zero_point);
+
+    // The input time-major and padded (the zero point outside the signal): position p of the
+    // padded signal holds its C_in values in one row, and gsum its per-group sums, so a
+    // window's im2col row is one copy per tap and its sum one addition per tap.
+    const int64_t padded = n + a_.pad_left + a_.pad_right;
+    std::vector<uint8_t> qt(size_t(padded * c_in_), zx);
+    parallel_rows(pool, c_in_, n, [&](int64_t c0, int64_t c1) {
+        std::vector<uint8_t> q(static_cast<size_t>(n));
+        for (int64_t ci = c0; ci < c1; ++ci) {
+            quantize(x + ci * n, n, qp, q.data());
+            uint8_t* dst = &qt[size_t(a_.pad_left * c_in_ + ci)];
+            for (int64_t t = 0; t < n; ++t) dst[t * c_in_] = q[size_t(t)];
+        }
+    });
+    std::vector<int64_t> gsum(size_t(padded * groups));
+    parallel_rows(pool, padded, c_in_, [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p)
+            for (int64_t g = 0; g < groups; ++g) {
+                const uint8_t* row = &qt[size_t(p * c_in_ + g * cin_g)];
+                int64_t sum = 0;
+                for (int64_t ci = 0; ci < cin_g; ++ci) sum += row[ci];
+                gsum[size_t(p * groups + g)] = sum;
+            }
+    });
 
     auto work = [&](int t, int nt) {
         const int64_t blocks = (lout + kConvBlock - 1) / kConvBlock;
@@ -335,18 +367,15 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
         for (int64_t b = blocks * t / nt; b < blocks * (t + 1) / nt; ++b) {
             const int64_t l0 = b * kConvBlock, nl = std::min(kConvBlock, lout - l0);
             for (int64_t g = 0; g < groups; ++g) {
-                for (int64_t i = 0; i < nl; ++i) {      // im2col: row i = [ci * K + tap]
+                for (int64_t i = 0; i < nl; ++i) {      // im2col: row i = [tap * cin_g + ci]
                     uint8_t* row = &a[size_t(i * kp)];
-                    const int64_t base = (l0 + i) * a_.stride - a_.pad_left;
+                    const int64_t base = (l0 + i) * a_.stride;   // in padded positions
                     int64_t sum = 0;
-                    for (int64_t ci = 0; ci < cin_g; ++ci) {
-                        const uint8_t* src = &q[size_t((g * cin_g + ci) * n)];
-                        for (int64_t tap = 0; tap < k_; ++tap) {
-                            const int64_t pos = base + tap * a_.dilation;
-                            const uint8_t v = pos >= 0 && pos < n ? src[pos] : zx;
-                            row[ci * k_ + tap] = v;
-                            sum += v;
-                        }
+                    for (int64_t tap = 0; tap < k_; ++tap) {
+                        const int64_t pos = base + tap * a_.dilation;
+                        std::memcpy(row + tap * cin_g, &qt[size_t(pos * c_in_ + g * cin_g)],
+                                    size_t(cin_g));
+                        sum += gsum[size_t(pos * groups + g)];
                     }
                     std::fill(row + kk, row + kp, uint8_t(0));
                     sums[size_t(i)] = sum;
