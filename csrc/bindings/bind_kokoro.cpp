@@ -360,7 +360,7 @@ void bind_kokoro(py::module_& m) {
            py::arg("durations") = py::none(), py::arg("d_en") = py::none(),
            "Stages 1-5 for phoneme ids (boundaries added): durations, d_en, d, asr [512, F], "
            "f0 and n [2F]. durations / d_en: use these instead of the predicted ones.")
-        // ---- decoder and generator stages (kokoro-back) ----
+        // ---- the decoder and generator stages ----
         .def("harmonic_source", [](const KokoroModel& k, const FloatArray& f0, bool noise,
                                    uint64_t seed) {
             const std::shared_ptr<kokoro::KokoroVocoder> v = kokoro::vocoder_for(k);
