@@ -16,6 +16,7 @@ import json
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,24 @@ def test_a_repetition_is_disturbed_by_others_cpu_use_alone(monkeypatch):
     monkeypatch.setattr(quiet, "others_busy", lambda processes: next(calls))
     quiet.wait_quiet([], 60)
     assert next(calls) == 1.0      # stopped after the third quiet window in a row
+
+
+def test_process_cpu_seconds_reads_a_child_and_survives_a_gone_one():
+    from dasllama.bench import quiet
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.3: pass\ninput()"],
+                             stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while quiet.process_cpu_seconds(child.pid) < 0.25 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert 0.25 <= quiet.process_cpu_seconds(child.pid) < 10
+    finally:
+        child.communicate(b"\n", timeout=20)
+    # reaped: no /proc entry is left, and the reader says 0 rather than raising
+    assert quiet.process_cpu_seconds(child.pid) == 0.0
+    assert quiet.process_cpu_seconds(None) == 0.0
 
 
 def test_record_command_names_no_local_paths():

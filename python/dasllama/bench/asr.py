@@ -350,13 +350,8 @@ class Runner:
 
     def cpu_seconds(self) -> float:
         """User plus system CPU seconds of the runner so far (0 where /proc has none)."""
-        from .serve_load import CLK_TCK
-        try:
-            with open(f"/proc/{self.proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / CLK_TCK
-        except (OSError, IndexError, ValueError):
-            return 0.0
+        from .quiet import process_cpu_seconds
+        return process_cpu_seconds(self.proc.pid)
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -8,13 +8,12 @@ harness's own process is added by these functions.
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 from typing import Callable, Optional, Sequence
 
-from .serve_load import CLK_TCK
-
-__all__ = ["QUIET_WINDOW_S", "QUIET_CORES", "QUIET_STREAK", "DISTURBED_CORES",
+__all__ = ["CLK_TCK", "process_cpu_seconds", "QUIET_WINDOW_S", "QUIET_CORES", "QUIET_STREAK", "DISTURBED_CORES",
            "DISTURBED_RETRIES", "cpu_self", "machine_busy_s", "others_busy", "disturbed",
            "wait_quiet"]
 
@@ -26,6 +25,23 @@ QUIET_STREAK = 3           # ... in this many windows in a row (others' tests co
 # at most DISTURBED_RETRIES times, and the rows keep what the discarded attempts measured.
 DISTURBED_CORES = 0.05
 DISTURBED_RETRIES = 3
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100   # /proc time unit
+
+
+def process_cpu_seconds(pid: Optional[int]) -> float:
+    """User plus system CPU seconds process ``pid`` has used so far (0 where /proc has none
+    or the process is gone)."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # the command name in parentheses may hold spaces: the fields start after it
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def cpu_self() -> float:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import http.client
 import json
 import math
-import os
 import random
 import signal
 import socket
@@ -35,15 +34,15 @@ from typing import Optional, Sequence
 
 from .llama_cpp import PeerError
 from .llm import BenchError
+from .quiet import process_cpu_seconds
 
-__all__ = ["CLK_TCK", "ServeError", "SENTENCES", "TASKS", "SYSTEM_PROMPT", "request_bodies",
+__all__ = ["ServeError", "SENTENCES", "TASKS", "SYSTEM_PROMPT", "request_bodies",
            "prefix_bodies", "RequestResult", "LevelResult", "stream_chat", "run_level",
            "percentile", "free_port", "ServerProcess"]
 
 HEALTH_POLL_S = 0.25      # between /health probes while a server loads
 STOP_GRACE_S = 15.0       # a server gets this long to exit on SIGTERM before SIGKILL
 LOG_TAIL_BYTES = 3000     # what an error quotes of a server's log
-CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100   # /proc time unit
 
 
 class ServeError(BenchError):
@@ -456,12 +455,7 @@ class ServerProcess:
 
     def cpu_seconds(self) -> float:
         """User plus system CPU time of the process so far (0 where /proc has none)."""
-        try:
-            with open(f"/proc/{self.proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / CLK_TCK
-        except (OSError, IndexError, ValueError, AttributeError):
-            return 0.0
+        return process_cpu_seconds(self.proc.pid if self.proc else None)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after STOP_GRACE_S; waits for the exit."""
