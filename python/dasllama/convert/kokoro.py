@@ -9,8 +9,9 @@ The input is the graph kokoro-onnx exports (float or dynamically quantized int8)
 packs (.npz of (510, 1, 256) arrays, a .pt dict of tensors, or a .bin that is an .npz) and the
 phoneme vocabulary (kokoro's config.json or a {"vocab": {symbol: id}} file). The converter
 walks every node: each weight-bearing node (MatMulInteger, ConvInteger, DynamicQuantizeLSTM,
-Gather of an embedding, LayerNormalization, SkipLayerNormalization, float Conv, ConvTranspose
-and MatMul, the Snake alphas, the STFT window) becomes named tensors; every other op must be
+Gather of an embedding, LayerNormalization, SkipLayerNormalization, float Conv, ConvTranspose,
+MatMul and Gemm, the float graph's LSTM and float embedding Gather, the Snake alphas, the STFT
+window) becomes named tensors; every other op must be
 one of the structural ops the family uses, and every initializer must be claimed by a rule or be
 a small constant of a structural op. Anything else raises :class:`ConvertError` naming it.
 
@@ -36,8 +37,14 @@ module that uses them. For a module M:
     M.weight_ih (I8 (dirs, in, 4H)), M.weight_hh (I8 (dirs, H, 4H)), M.weight_ih_scale,
     M.weight_ih_zp, M.weight_hh_scale, M.weight_hh_zp (F32 (dirs,)), M.bias (F32 (dirs, 8H))
                                                           a DynamicQuantizeLSTM (gates i o f c)
+    M.weight_ih (F32 (dirs, in, 4H)), M.weight_hh (F32 (dirs, H, 4H)), M.bias (F32 (dirs, 8H))
+                                                          a float ONNX LSTM (ONNX's W and R
+                                                          transposed; gates i o f c)
     M.weight (I8 (rows, dim)), M.weight_scale (1,), M.weight_zp (1,)   a quantized embedding
-    M.weight, M.bias (F32)                                a LayerNorm, float conv or linear
+    M.weight, M.bias (F32)                                a LayerNorm, float conv, linear
+                                                          (MatMul (in, out); a Gemm's weight
+                                                          transposed to (in, out) when transB)
+                                                          or embedding table
     decoder.generator.*.alphaK.J (F32 (1, C, 1))          Snake alphas
     decoder.generator.stft.window (F32 (n_fft,))          the STFT analysis window
     decoder.generator.stft.inverse_basis, .window_sum     the exporter's iSTFT basis and sum
@@ -274,6 +281,69 @@ class _Reader:
         self.t.add(f"{name}.bias", "F32", self.const(b).astype(np.float32), b)
         self.meta[f"kokoro.lstm.{name}.hidden"] = ("u32", int(a["hidden_size"]))
 
+    def lstm_float(self, node) -> None:
+        """The float graph's ONNX LSTM: W (dirs, 4H, in) and R (dirs, 4H, H) in ONNX's gate order
+        i, o, f, c, B (dirs, 8H) = [Wb | Rb]; stored in the int8 layout's (dirs, in, 4H) and
+        (dirs, H, 4H) as F32 (the C++ chain and the reference pick the float lane from it)."""
+        name, _ = _node_module(node)
+        a = self.g.attrs(node)
+        if a.get("direction") != "bidirectional" or a.get("input_forget", 0):
+            raise self.fail(node, f"expected a plain bidirectional LSTM, got {a}")
+        acts = [x.decode() if isinstance(x, bytes) else str(x) for x in a.get("activations", [])]
+        if "clip" in a or acts not in ([], ["Sigmoid", "Tanh", "Tanh"] * 2):
+            raise self.fail(node, f"LSTM attributes clip / activations {a.get('clip')!r} "
+                                  f"{acts!r} are not supported (plain sigmoid / tanh only)")
+        ins = list(node.input) + [""] * (8 - len(node.input))
+        w, r, b = ins[1], ins[2], ins[3]
+        for role, x in (("W", w), ("R", r), ("B", b)):
+            if not x or not self.g.is_const(x):
+                raise self.fail(node, f"its {role} input is not a constant")
+        for x in (ins[5], ins[6]):   # initial_h, initial_c: zeros, constant or built
+            if x and self.g.is_const(x):
+                if np.any(self.const(x)):
+                    raise self.fail(node, "its initial state is not zero")
+        if ins[4] or ins[7]:
+            raise self.fail(node, "sequence_lens and peepholes are not supported")
+        wv, rv, bv = self.const(w), self.const(r), self.const(b)
+        hidden = int(a["hidden_size"])
+        if wv.ndim != 3 or wv.shape[0] != 2 or wv.shape[1] != 4 * hidden or \
+                rv.shape != (2, 4 * hidden, hidden) or bv.shape != (2, 8 * hidden):
+            raise self.fail(node, f"W {list(wv.shape)}, R {list(rv.shape)}, B {list(bv.shape)} "
+                                  f"are not a bidirectional LSTM's of hidden {hidden}")
+        self.t.add(f"{name}.weight_ih", "F32",
+                   np.ascontiguousarray(wv.transpose(0, 2, 1), np.float32), w)
+        self.t.add(f"{name}.weight_hh", "F32",
+                   np.ascontiguousarray(rv.transpose(0, 2, 1), np.float32), r)
+        self.t.add(f"{name}.bias", "F32", bv.astype(np.float32), b)
+        self.meta[f"kokoro.lstm.{name}.hidden"] = ("u32", hidden)
+
+    def gemm(self, node) -> None:
+        """A float Gemm with a constant weight (a Linear on 2-d input): y = x W^T + b for
+        transB = 1 (PyTorch's (out, in)), x W + b for transB = 0; stored (in, out)."""
+        name, _ = _node_module(node)
+        a = self.g.attrs(node)
+        if a.get("transA", 0) or float(a.get("alpha", 1.0)) != 1.0 or \
+                float(a.get("beta", 1.0)) != 1.0:
+            raise self.fail(node, f"only y = x W (+ b) Gemms are supported, got {a}")
+        w = self.const(node.input[1]).astype(np.float32)
+        if w.ndim != 2:
+            raise self.fail(node, f"weight of shape {list(w.shape)} is not a matrix")
+        self.t.add(f"{name}.weight", "F32", np.ascontiguousarray(w.T if a.get("transB", 0)
+                                                                  else w), node.input[1])
+        if len(node.input) > 2 and node.input[2]:
+            if not self.g.is_const(node.input[2]):
+                raise self.fail(node, "its bias is not a constant")
+            self.t.add(f"{name}.bias", "F32", np.atleast_1d(self.const(node.input[2])).astype(
+                np.float32), node.input[2])
+
+    def embedding_float(self, node) -> None:
+        """A float embedding table read by a Gather (the float graph's)."""
+        table = node.input[0]
+        if not table.endswith(".weight"):
+            raise self.fail(node, f"embedding table {table!r} is not a module's weight")
+        name = state_name(table[:-len(".weight")])
+        self.t.add(f"{name}.weight", "F32", self.const(table).astype(np.float32), table)
+
     def embedding(self, node) -> None:
         table = node.input[0]
         deq = self.consumer(node.output[0], "DequantizeLinear", node)
@@ -377,6 +447,15 @@ class _Reader:
                 self.conv_integer(node)
             elif op == "DynamicQuantizeLSTM":
                 self.lstm(node)
+            elif op == "LSTM":
+                self.lstm_float(node)
+            elif op == "Gemm" and g.is_const(node.input[1]):
+                self.gemm(node)
+            elif op == "Gather" and g.is_const(node.input[0]) and \
+                    g.array(node.input[0]).ndim == 2 and \
+                    g.array(node.input[0]).dtype in (np.float32, np.float16) and \
+                    g.array(node.input[0]).size > _SMALL_CONST:
+                self.embedding_float(node)
             elif op == "Gather" and g.is_const(node.input[0]) and \
                     g.array(node.input[0]).ndim == 2 and g.array(node.input[0]).dtype in (
                         np.int8, np.uint8):
