@@ -46,11 +46,14 @@ def kitten(tmp_path_factory):
     onnx = require("onnx")
     ort = require("onnxruntime")
     from dasllama import _core
-    from dasllama.convert.kokoro import convert_kokoro, read_graph
+    from dasllama.cli import main
+    from dasllama.convert.kokoro import read_graph
 
     folder = tmp_path_factory.mktemp("kitten-onnx")
     e = kx.export(folder)
-    gguf = convert_kokoro(e["onnx"], e["voices"], folder / "kitten.gguf", vocab=e["config"])
+    gguf = folder / "kitten.gguf"
+    assert main(["convert", "kokoro", str(e["onnx"]), "--voices", str(e["voices"]),
+                 "--vocab", str(e["config"]), "-o", str(gguf)]) == 0
     cpp = _core.KokoroModel(str(gguf), 2)
     vocab = km.vocab()
     phonemes = np.array([vocab[c] for c in PHONEMES if c in vocab], np.int64)
@@ -157,6 +160,20 @@ def test_source_spectrum_matches_where_defined(kitten):
     assert err <= MAGNITUDE_BAR
     assert late >= CONTROL_RATIO * MAGNITUDE_BAR
     assert dphase.max() <= PHASE_BAR
+
+
+def test_tts_speaks_the_converted_kitten_file(kitten):
+    """dasllama.TTS opens the converted file and speaks phonemes: onnxruntime's durations
+    (exact) and 600 samples per frame."""
+    import dasllama
+
+    with dasllama.TTS(str(kitten["gguf"])) as tts:
+        audio, rate = tts.speak(PHONEMES, "voice0", phonemes=True)
+        durations = np.concatenate(tts.stats["durations"])
+    assert rate == 24000
+    assert np.array_equal(durations, kitten["ort"]["duration"])
+    assert audio.shape == (600 * int(durations.sum()),) and np.isfinite(audio).all()
+    assert float(np.abs(audio).max()) > 1e-3
 
 
 def test_an_unknown_node_fails_naming_it(kitten, tmp_path):
