@@ -282,7 +282,7 @@ def test_tts_speaks_the_float_file(model):
     assert rel(audio, own) <= OP_BAR
 
 
-# ============================================================================ helpers
+# ============================================================================ helpers (and bad files)
 
 def rewrite_activation(m, dst, activation: str):
     """The model's checkpoint converted again with kokoro.bert.activation set to `activation`
@@ -296,3 +296,21 @@ def rewrite_activation(m, dst, activation: str):
     for p in m.voice_files:
         packs.update(read_voices(p))
     return write_kokoro(tensors, meta, packs, read_vocab(m.config), dst, name="kokoro")
+
+
+def test_a_weight_of_another_type_is_a_typed_error_naming_it(model, tmp_path):
+    """No converter writes F16 weights: a file with one is refused by name and type, not read
+    as floats."""
+    from dasllama import _core
+    from dasllama.convert.kokoro import read_voices, read_vocab, write_kokoro
+    from dasllama.convert.kokoro_torch import read_torch_model
+    from dasllama.errors import FormatError
+
+    tensors, meta = read_torch_model(model.checkpoint, model.config)
+    tensors["bert_encoder.weight"] = ("F16", tensors["bert_encoder.weight"][1].astype(np.float16))
+    packs = {}
+    for p in model.voice_files:
+        packs.update(read_voices(p))
+    out = write_kokoro(tensors, meta, packs, read_vocab(model.config), tmp_path / "f16.gguf")
+    with pytest.raises(FormatError, match=r"'bert_encoder\.weight' is F16"):
+        _core.KokoroModel(str(out), 1)
