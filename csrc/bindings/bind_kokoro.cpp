@@ -16,7 +16,7 @@
 #include "tts/kokoro/int8_ops.h"
 #include "tts/kokoro/kokoro_model.h"
 #include "tts/kokoro/onnx_math.h"
-#include "tts/kokoro/qlstm.h"
+#include "tts/kokoro/bilstm.h"
 #include "tts/kokoro/style_blocks.h"
 #include "core/thread_pool.h"
 #include "nn/conv_transpose1d.h"
@@ -182,6 +182,7 @@ void bind_kokoro(py::module_& m) {
             d["bert_heads"] = c.bert_heads;
             d["bert_max_positions"] = c.bert_max_positions;
             d["quantized"] = c.quantized;
+            d["bert_activation"] = c.bert_gelu_erf ? "gelu" : "gelu_new";
             return d;
         })
         .def_property_readonly("vocab", [](const KokoroModel& k) { return k.weights().vocab(); })
@@ -193,7 +194,7 @@ void bind_kokoro(py::module_& m) {
         }, py::arg("name"), "A voice pack (rows, style): row n - 1 is the style for n phonemes.")
         // ---- single ops by module name (loaded per call; for tests)
         .def("linear", [](const KokoroModel& k, const std::string& module, const FloatArray& x) {
-            const kokoro::QLinear l = kokoro::QLinear::load(k.weights(), module);
+            const kokoro::Linear l = kokoro::Linear::load(k.weights(), module);
             int64_t rows = 0;
             const float* p = rows_of(x, "x", l.in(), rows);
             std::vector<float> out(size_t(rows * l.out()));
@@ -202,9 +203,9 @@ void bind_kokoro(py::module_& m) {
                 l.forward(p, rows, out.data(), &k.pool());
             }
             return to_array(out, {py::ssize_t(rows), py::ssize_t(l.out())});
-        }, py::arg("module"), py::arg("x"), "A MatMulInteger linear: x [m, K] -> [m, N].")
+        }, py::arg("module"), py::arg("x"), "A linear in the weights' lane (MatMulInteger for I8, float32 for F32): x [m, K] -> [m, N].")
         .def("qconv", [](const KokoroModel& k, const std::string& module, const FloatArray& x) {
-            const kokoro::QConv c = kokoro::QConv::load(k.weights(), module);
+            const kokoro::Conv c = kokoro::Conv::load(k.weights(), module);
             int64_t rows = 0;
             const float* p = rows_of(x, "x", -1, rows);
             if (rows != c.c_in()) throw ShapeError("qconv: x has " + std::to_string(rows) +
@@ -216,10 +217,10 @@ void bind_kokoro(py::module_& m) {
                 c.forward(p, n, out.data(), &k.pool());
             }
             return to_array(out, {py::ssize_t(c.c_out()), py::ssize_t(lo)});
-        }, py::arg("module"), py::arg("x"), "A ConvInteger convolution: x [C_in, L] -> [C_out, L'].")
+        }, py::arg("module"), py::arg("x"), "A convolution in the weights' lane (ConvInteger for I8, float32 for F32): x [C_in, L] -> [C_out, L'].")
         .def("lstm", [](const KokoroModel& k, const std::string& module, const FloatArray& x,
                         bool swap_directions) {
-            const kokoro::QLstm l = kokoro::QLstm::load(k.weights(), module);
+            const kokoro::BiLstm l = kokoro::BiLstm::load(k.weights(), module);
             int64_t t = 0;
             const float* p = rows_of(x, "x", l.input(), t);
             std::vector<float> out(size_t(t * 2 * l.hidden()));
@@ -229,7 +230,7 @@ void bind_kokoro(py::module_& m) {
             }
             return to_array(out, {py::ssize_t(t), py::ssize_t(2 * l.hidden())});
         }, py::arg("module"), py::arg("x"), py::arg("swap_directions") = false,
-           "An integer BiLSTM: x [T, In] -> [T, 2H]. swap_directions: a negative control.")
+           "A BiLSTM in the weights' lane: x [T, In] -> [T, 2H]. swap_directions: a negative control.")
         .def("ada_in", [](const KokoroModel& k, const std::string& module, const FloatArray& x,
                           const FloatArray& style) {
             const kokoro::AdaIN1d a = kokoro::AdaIN1d::load(k.weights(), module);

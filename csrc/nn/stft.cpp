@@ -95,6 +95,16 @@ BasisIstft::BasisIstft(const float* basis, int64_t bins, int64_t n_fft, int64_t 
     conv_ = ConvTranspose1d(basis, 2 * bins, 1, n_fft, {}, a);
 }
 
+BasisIstft BasisIstft::exact(const float* basis, int64_t bins, int64_t n_fft, int64_t hop,
+                             std::vector<float> window) {
+    if (int64_t(window.size()) != n_fft)
+        throw ShapeError("istft: a window of " + std::to_string(window.size()) +
+                         " values for n_fft " + std::to_string(n_fft));
+    BasisIstft b(basis, bins, n_fft, hop, {});
+    b.window_ = std::move(window);
+    return b;
+}
+
 void BasisIstft::forward(const float* mag, const float* phase, int64_t frames, float* out,
                          ThreadPool& pool) {
     if (frames < 2)
@@ -112,11 +122,22 @@ void BasisIstft::forward(const float* mag, const float* phase, int64_t frames, f
     const int64_t len = conv_.out_length(frames);
     full_.resize(size_t(len));
     conv_.forward(spec_.data(), frames, full_.data(), pool);
+    const int64_t trim = n_fft_ / 2, n_out = samples(frames);
+    if (!window_.empty()) {   // the exact inverse: divide by the overlap-added squared window
+        envelope_.assign(size_t(len), 0.0f);
+        for (int64_t start = 0; start + n_fft_ <= len; start += hop_)
+            for (int64_t j = 0; j < n_fft_; ++j) {
+                const float w2 = window_[size_t(j)] * window_[size_t(j)];
+                envelope_[size_t(start + j)] = envelope_[size_t(start + j)] + w2;
+            }
+        for (int64_t i = 0; i < n_out; ++i)
+            out[i] = full_[size_t(trim + i)] / envelope_[size_t(trim + i)];
+        return;
+    }
     const int64_t divided = std::min<int64_t>(len, int64_t(window_sum_.size()));
     for (int64_t i = 0; i < divided; ++i)
         if (window_sum_[size_t(i)] > FLT_MIN) full_[size_t(i)] = full_[size_t(i)] / window_sum_[size_t(i)];
     const float scale = float(double(n_fft_) / double(hop_));
-    const int64_t trim = n_fft_ / 2, n_out = samples(frames);
     for (int64_t i = 0; i < n_out; ++i) out[i] = full_[size_t(trim + i)] * scale;
 }
 

@@ -14,7 +14,9 @@
 // BasisIstft is the exporter's inverse: [mag cos(phase); mag sin(phase)] through a transposed
 // convolution with the exported basis [2 bins, 1, n_fft] (stride hop), the first samples
 // divided by the exported window sum (where it is above FLT_MIN), times n_fft / hop, n_fft / 2
-// trimmed from each end.
+// trimmed from each end. BasisIstft::exact is the true inverse instead (a basis that is the
+// one-sided inverse DFT times the window, as a converted PyTorch checkpoint holds): the output
+// divided by the overlap-added squared window (torch.istft's envelope), no n_fft / hop factor.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +57,10 @@ public:
     // exported sum (its length bounds the samples it divides). ShapeError on bad sizes.
     BasisIstft(const float* basis, int64_t bins, int64_t n_fft, int64_t hop,
                std::vector<float> window_sum);
+    // The exact inverse's form: window [n_fft] is the analysis window whose squares, overlap-
+    // added every hop, divide the output.
+    static BasisIstft exact(const float* basis, int64_t bins, int64_t n_fft, int64_t hop,
+                            std::vector<float> window);
 
     int64_t bins() const { return bins_; }
     // Samples out for `frames` spectrum columns: hop (frames - 1) for an even n_fft.
@@ -69,7 +75,8 @@ private:
     int64_t bins_ = 0, n_fft_ = 0, hop_ = 1;
     ConvTranspose1d conv_;
     std::vector<float> window_sum_;
-    std::vector<float> spec_, full_;   // scratch
+    std::vector<float> window_;        // exact(): the window; empty for the exporter's form
+    std::vector<float> spec_, full_, envelope_;   // scratch
 };
 
 }  // namespace dasllama::nn

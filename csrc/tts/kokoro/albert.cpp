@@ -25,14 +25,30 @@ ThreadPool& serial_pool() {
     return one;
 }
 
-// The query, key and value linears side by side: [K, 3N] weights, per-column zero points and
-// scales (a per-tensor value repeated), the three biases.
-QLinear fused_qkv(const KokoroWeights& w, int64_t hidden) {
+// The query, key and value linears side by side: [K, 3N] weights and the three biases; in the
+// int8 lane per-column zero points and scales (a per-tensor value repeated).
+Linear fused_qkv(const KokoroWeights& w, int64_t hidden) {
     const char* parts[3] = {"attention.query", "attention.key", "attention.value"};
     const int64_t n3 = 3 * hidden;
+    const std::string name = w.path() + ": " + part_of_layer("attention.{query,key,value}");
+    std::vector<float> bias(static_cast<size_t>(n3));
+    for (int p = 0; p < 3; ++p) {
+        const float* b = w.f32(part_of_layer(parts[p]) + ".bias", {hidden}).f32();
+        std::copy(b, b + hidden, &bias[size_t(p * hidden)]);
+    }
+    if (lane_of(w, part_of_layer(parts[0]) + ".weight") == Lane::kFloat) {
+        std::vector<float> wc(size_t(hidden * n3));
+        for (int p = 0; p < 3; ++p) {
+            const TensorView wt =
+                w.f32(part_of_layer(parts[p]) + ".weight", {hidden, hidden});
+            for (int64_t r = 0; r < hidden; ++r)
+                std::copy(wt.f32() + r * hidden, wt.f32() + (r + 1) * hidden,
+                          &wc[size_t(r * n3 + p * hidden)]);
+        }
+        return Linear::from_floats(wc.data(), hidden, n3, bias.data(), name);
+    }
     std::vector<int8_t> wc(size_t(hidden * n3));
-    std::vector<float> zp(static_cast<size_t>(n3)), sc(static_cast<size_t>(n3)),
-        bias(static_cast<size_t>(n3));
+    std::vector<float> zp(static_cast<size_t>(n3)), sc(static_cast<size_t>(n3));
     for (int p = 0; p < 3; ++p) {
         const std::string m = part_of_layer(parts[p]);
         const TensorView wt = w.i8(m + ".weight", {hidden, hidden});
@@ -41,7 +57,6 @@ QLinear fused_qkv(const KokoroWeights& w, int64_t hidden) {
         if (z.dim(0) != 1 && z.dim(0) != hidden)
             throw ShapeError(w.path() + ": " + m + " has " + std::to_string(z.dim(0)) +
                              " zero points for " + std::to_string(hidden) + " outputs");
-        const float* b = w.f32(m + ".bias", {hidden}).f32();
         for (int64_t r = 0; r < hidden; ++r)
             std::copy(wt.i8() + r * hidden, wt.i8() + (r + 1) * hidden,
                       &wc[size_t(r * n3 + p * hidden)]);
@@ -49,11 +64,10 @@ QLinear fused_qkv(const KokoroWeights& w, int64_t hidden) {
             const int64_t j = z.dim(0) == 1 ? 0 : c;
             zp[size_t(p * hidden + c)] = z.f32()[j];
             sc[size_t(p * hidden + c)] = s.f32()[j];
-            bias[size_t(p * hidden + c)] = b[c];
         }
     }
-    return QLinear(wc.data(), hidden, n3, zp.data(), sc.data(), n3, bias.data(),
-                   w.path() + ": " + part_of_layer("attention.{query,key,value}"));
+    return Linear::from_int8(
+        QLinear(wc.data(), hidden, n3, zp.data(), sc.data(), n3, bias.data(), name));
 }
 
 }  // namespace
@@ -62,33 +76,34 @@ Albert Albert::load(const KokoroWeights& w) {
     Albert a;
     a.layers_ = w.config().bert_layers;
     a.heads_ = w.config().bert_heads;
-    a.word_ = QEmbedding::load(w, "bert.embeddings.word_embeddings");
-    a.type_ = QEmbedding::load(w, "bert.embeddings.token_type_embeddings");
-    a.pos_ = QEmbedding::load(w, "bert.embeddings.position_embeddings");
+    a.gelu_erf_ = w.config().bert_gelu_erf;
+    a.word_ = Embedding::load(w, "bert.embeddings.word_embeddings");
+    a.type_ = Embedding::load(w, "bert.embeddings.token_type_embeddings");
+    a.pos_ = Embedding::load(w, "bert.embeddings.position_embeddings");
     const int64_t e = a.word_.dim();
     if (a.type_.dim() != e || a.pos_.dim() != e)
         throw ShapeError(w.path() + ": ALBERT's embedding tables differ in width");
     a.emb_ln_w_ = w.f32("bert.embeddings.LayerNorm.weight", {e}).f32();
     a.emb_ln_b_ = w.f32("bert.embeddings.LayerNorm.bias", {e}).f32();
     a.emb_eps_ = w.eps("bert.embeddings.LayerNorm");
-    a.mapping_ = QLinear::load(w, "bert.encoder.embedding_hidden_mapping_in");
+    a.mapping_ = Linear::load(w, "bert.encoder.embedding_hidden_mapping_in");
     const int64_t h = a.mapping_.out();
     if (a.mapping_.in() != e || h % a.heads_)
         throw ShapeError(w.path() + ": ALBERT's hidden width " + std::to_string(h) +
                          " does not fit its embeddings or " + std::to_string(a.heads_) + " heads");
     a.qkv_ = fused_qkv(w, h);
-    a.dense_ = QLinear::load(w, part_of_layer("attention.dense"));
-    a.ffn_ = QLinear::load(w, part_of_layer("ffn"), /*with_bias=*/false);   // the bias is FastGelu's
+    a.dense_ = Linear::load(w, part_of_layer("attention.dense"));
+    a.ffn_ = Linear::load(w, part_of_layer("ffn"), /*with_bias=*/false);   // the bias is FastGelu's
     a.ffn_bias_ = w.f32(part_of_layer("ffn.bias"), {a.ffn_.out()}).f32();
-    a.ffn_out_ = QLinear::load(w, part_of_layer("ffn_output"));
+    a.ffn_out_ = Linear::load(w, part_of_layer("ffn_output"));
     a.attn_ln_w_ = w.f32(part_of_layer("attention.LayerNorm.weight"), {h}).f32();
     a.attn_ln_b_ = w.f32(part_of_layer("attention.LayerNorm.bias"), {h}).f32();
     a.attn_eps_ = w.eps(part_of_layer("attention.LayerNorm"));
     a.full_ln_w_ = w.f32(part_of_layer("full_layer_layer_norm.weight"), {h}).f32();
     a.full_ln_b_ = w.f32(part_of_layer("full_layer_layer_norm.bias"), {h}).f32();
     a.full_eps_ = w.eps(part_of_layer("full_layer_layer_norm"));
-    a.project_ = QLinear::load(w, "bert_encoder");
-    for (const QLinear* l : {&a.qkv_, &a.dense_, &a.project_})
+    a.project_ = Linear::load(w, "bert_encoder");
+    for (const Linear* l : {&a.qkv_, &a.dense_, &a.project_})
         if (l->in() != h) throw ShapeError(l->name() + ": input width is not " + std::to_string(h));
     if (a.ffn_.in() != h || a.ffn_out_.in() != a.ffn_.out() || a.ffn_out_.out() != h)
         throw ShapeError(w.path() + ": ALBERT's feed-forward widths do not chain");
@@ -164,7 +179,10 @@ std::vector<float> Albert::layer(const float* h, int64_t t, ThreadPool* pool) co
     std::vector<float> g(size_t(t * f));
     ffn_.forward(a.data(), t, g.data(), pool);
     parallel_rows(pool, t, f, [&](int64_t r0, int64_t r1) {
-        fast_gelu(&g[size_t(r0 * f)], ffn_bias_, r1 - r0, f, &g[size_t(r0 * f)]);
+        if (gelu_erf_)
+            gelu_erf(&g[size_t(r0 * f)], ffn_bias_, r1 - r0, f, &g[size_t(r0 * f)]);
+        else
+            fast_gelu(&g[size_t(r0 * f)], ffn_bias_, r1 - r0, f, &g[size_t(r0 * f)]);
     });
     std::vector<float> o(size_t(t * n));
     ffn_out_.forward(g.data(), t, o.data(), pool);

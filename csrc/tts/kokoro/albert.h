@@ -5,14 +5,15 @@
 // The layer: q, k, v linears; q and k each scaled by sqrt(1 / sqrt(head_dim)) as the graph
 // does; softmax(q k^T) v per head (float32 products through cpu/matmul, whose summation
 // order is not the reference's BLAS: last bits differ); dense;
-// LayerNorm(h + a); FastGelu(ffn(a) + bias); ffn_output; LayerNorm(f + a). Every linear is a
-// MatMulInteger (int8_ops.h).
+// LayerNorm(h + a); GELU(ffn(a) + bias) (FastGelu, the tanh form, or the erf form, as
+// kokoro.bert.activation says); ffn_output; LayerNorm(f + a). Every linear and embedding runs
+// in its tensor's lane (weight_ops.h: MatMulInteger for I8, float32 for F32).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "tts/kokoro/int8_ops.h"
+#include "tts/kokoro/weight_ops.h"
 #include "tts/kokoro/weights.h"
 
 namespace dasllama {
@@ -43,12 +44,13 @@ public:
 
 private:
     int64_t layers_ = 0, heads_ = 0;
-    QEmbedding word_, type_, pos_;
+    bool gelu_erf_ = false;   // the feed-forward activation: erf GELU, else FastGelu (tanh)
+    Embedding word_, type_, pos_;
     const float *emb_ln_w_ = nullptr, *emb_ln_b_ = nullptr;
     float emb_eps_ = 1e-12f;
     // q, k and v as one linear of 3 x hidden outputs: the graph quantizes the same h for each,
     // so one quantization serves all three with the same bits.
-    QLinear mapping_, qkv_, dense_, ffn_, ffn_out_, project_;
+    Linear mapping_, qkv_, dense_, ffn_, ffn_out_, project_;
     const float *ffn_bias_ = nullptr;
     const float *attn_ln_w_ = nullptr, *attn_ln_b_ = nullptr, *full_ln_w_ = nullptr,
                 *full_ln_b_ = nullptr;

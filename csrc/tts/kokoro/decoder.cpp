@@ -26,9 +26,9 @@ void stack(std::vector<float>& out, std::initializer_list<std::pair<const float*
 
 Decoder Decoder::load(const KokoroWeights& w) {
     Decoder d;
-    d.f0_conv_ = QConv::load(w, "decoder.F0_conv");
-    d.n_conv_ = QConv::load(w, "decoder.N_conv");
-    d.asr_res_ = QConv::load(w, "decoder.asr_res.0");
+    d.f0_conv_ = Conv::load(w, "decoder.F0_conv");
+    d.n_conv_ = Conv::load(w, "decoder.N_conv");
+    d.asr_res_ = Conv::load(w, "decoder.asr_res.0");
     d.encode_ = AdainResBlk1d::load(w, "decoder.encode");
     for (int i = 0; w.has("decoder.decode." + std::to_string(i) + ".conv1.weight"); ++i)
         d.decode_.push_back(AdainResBlk1d::load(w, "decoder.decode." + std::to_string(i)));

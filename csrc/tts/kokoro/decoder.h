@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tts/kokoro/int8_ops.h"
+#include "tts/kokoro/weight_ops.h"
 #include "tts/kokoro/style_blocks.h"
 #include "tts/kokoro/weights.h"
 
@@ -31,7 +31,7 @@ public:
                     const float* style, std::vector<float>& out, ThreadPool& pool) const;
 
 private:
-    QConv f0_conv_, n_conv_, asr_res_;
+    Conv f0_conv_, n_conv_, asr_res_;
     AdainResBlk1d encode_;
     std::vector<AdainResBlk1d> decode_;
     int64_t asr_channels_ = 0, out_channels_ = 0;

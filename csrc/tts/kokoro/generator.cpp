@@ -54,8 +54,14 @@ Generator Generator::load(const KokoroWeights& w) {
     if (ia.stride != cfg.hop || ia.pad_left != 0 || ia.pad_right != 0 || ia.groups != 1)
         throw ShapeError(kG + ".stft: the inverse's attributes are not a plain stride-" +
                          std::to_string(cfg.hop) + " transposed convolution");
-    g.istft_ = nn::BasisIstft(basis.f32(), bins, cfg.n_fft, cfg.hop,
-                              w.floats(kG + ".stft.window_sum"));
+    // The exporter's basis comes with its window sum; a converted checkpoint's exact basis has
+    // none and divides by the squared window's overlap-add (reference: ReferenceKokoro.istft).
+    if (w.has(kG + ".stft.window_sum"))
+        g.istft_ = nn::BasisIstft(basis.f32(), bins, cfg.n_fft, cfg.hop,
+                                  w.floats(kG + ".stft.window_sum"));
+    else
+        g.istft_ = nn::BasisIstft::exact(basis.f32(), bins, cfg.n_fft, cfg.hop,
+                                         w.floats(kG + ".stft.window", {cfg.n_fft}));
     int64_t stages = 0, resblocks = 0;
     while (w.has(kG + ".ups." + std::to_string(stages) + ".weight")) ++stages;
     while (w.has(kG + ".resblocks." + std::to_string(resblocks) + ".convs1.0.weight")) ++resblocks;
@@ -70,7 +76,7 @@ Generator Generator::load(const KokoroWeights& w) {
         Stage s;
         s.up = nn::ConvTranspose1d(up.f32(), up.dim(0), up.dim(1) * ua.groups, up.dim(2),
                                    w.floats(kG + ".ups." + I + ".bias"), transpose_attrs(ua));
-        s.noise_conv = QConv::load(w, kG + ".noise_convs." + I);
+        s.noise_conv = Conv::load(w, kG + ".noise_convs." + I);
         s.noise_res = SnakeResBlock::load(w, kG + ".noise_res." + I);
         for (int64_t j = 0; j < per_stage; ++j)
             s.resblocks.push_back(

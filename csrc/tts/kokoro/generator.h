@@ -9,7 +9,8 @@
 //       x = mean over the stage's resblocks of resblock(x)
 //   x = conv_post(LeakyReLU_0.01(x));  audio = iSTFT(exp(x[:11]), sin(x[11:]))
 //
-// Snake AdaIN residual blocks: snake_resblock.h; int8 convolutions: int8_ops.h; the float
+// Snake AdaIN residual blocks: snake_resblock.h; the noise convolutions: weight_ops.h (int8 or
+// float by the file); the float
 // transposed convolutions, conv_post, STFT and iSTFT: csrc/nn.
 #pragma once
 
@@ -22,7 +23,7 @@
 #include "nn/conv_transpose1d.h"
 #include "nn/stft.h"
 #include "tts/kokoro/harmonic_source.h"
-#include "tts/kokoro/int8_ops.h"
+#include "tts/kokoro/weight_ops.h"
 #include "tts/kokoro/snake_resblock.h"
 #include "tts/kokoro/weights.h"
 
@@ -72,7 +73,7 @@ private:
 
     struct Stage {
         nn::ConvTranspose1d up;
-        QConv noise_conv;
+        Conv noise_conv;
         SnakeResBlock noise_res;
         std::vector<SnakeResBlock> resblocks;
     };

@@ -125,6 +125,16 @@ void fast_gelu(const float* x, const float* bias, int64_t rows, int64_t n, float
     }
 }
 
+void gelu_erf(const float* x, const float* bias, int64_t rows, int64_t n, float* out) {
+    const double inv_sqrt2 = 1.0 / std::sqrt(2.0);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < n; ++j) {
+            const float v = x[r * n + j] + bias[j];
+            const float e = static_cast<float>(std::erf(static_cast<double>(v) * inv_sqrt2));
+            out[r * n + j] = v * 0.5f * (1.0f + e);
+        }
+}
+
 void layer_norm_lanes(const float* x, const float* weight, const float* bias, int64_t rows,
                       int64_t n, float eps, float* out) {
     const int64_t full = n - n % kLanes;

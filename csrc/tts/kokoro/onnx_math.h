@@ -35,6 +35,9 @@ const ActivationKernels* activation_kernels_avx512();   // nullptr where not bui
 
 // out[r, j] = FastGelu(x[r, j] + bias[j]) for rows of n values; out may equal x.
 void fast_gelu(const float* x, const float* bias, int64_t rows, int64_t n, float* out);
+// GELU in its erf form (transformers' "gelu"), the reference's gelu_erf: v = x + bias in
+// float32, out = v * 0.5 * (1 + float(erf(double(v) / sqrt(2)))).
+void gelu_erf(const float* x, const float* bias, int64_t rows, int64_t n, float* out);
 // LayerNormalization of rows of n values (weight, bias: n values); out may equal x.
 void layer_norm_lanes(const float* x, const float* weight, const float* bias, int64_t rows,
                       int64_t n, float eps, float* out);

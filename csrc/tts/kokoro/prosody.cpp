@@ -32,23 +32,23 @@ Prosody Prosody::load(const KokoroWeights& w) {
     Prosody p;
     p.style_ = w.config().style_predictor;
     for (int i = 0; w.has(kRounds + std::to_string(2 * i) + ".weight_ih"); ++i) {
-        p.lstms_.push_back(QLstm::load(w, kRounds + std::to_string(2 * i)));
+        p.lstms_.push_back(BiLstm::load(w, kRounds + std::to_string(2 * i)));
         p.norms_.push_back(AdaLayerNorm::load(w, kRounds + std::to_string(2 * i + 1)));
     }
     if (p.lstms_.empty())
         throw MissingTensor(w.path() + ": tensor '" + std::string(kRounds) +
                             "0.weight_ih' is missing");
-    p.lstm_ = QLstm::load(w, "predictor.lstm");
-    p.shared_ = QLstm::load(w, "predictor.shared");
-    p.duration_proj_ = QLinear::load(w, "predictor.duration_proj.linear_layer");
+    p.lstm_ = BiLstm::load(w, "predictor.lstm");
+    p.shared_ = BiLstm::load(w, "predictor.shared");
+    p.duration_proj_ = Linear::load(w, "predictor.duration_proj.linear_layer");
     for (int i = 0; i < kBranchBlocks; ++i) {
         p.f0_blocks_.push_back(AdainResBlk1d::load(w, "predictor.F0." + std::to_string(i)));
         p.n_blocks_.push_back(AdainResBlk1d::load(w, "predictor.N." + std::to_string(i)));
     }
-    p.f0_proj_ = QConv::load(w, "predictor.F0_proj");
-    p.n_proj_ = QConv::load(w, "predictor.N_proj");
+    p.f0_proj_ = Conv::load(w, "predictor.F0_proj");
+    p.n_proj_ = Conv::load(w, "predictor.N_proj");
     const int64_t d = p.d_width();
-    for (const QLstm* l : {&p.lstm_, &p.shared_})
+    for (const BiLstm* l : {&p.lstm_, &p.shared_})
         if (l->input() != d)
             throw ShapeError(w.path() + ": a predictor LSTM reads " + std::to_string(l->input()) +
                              " values, expected " + std::to_string(d));

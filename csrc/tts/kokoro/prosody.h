@@ -8,14 +8,15 @@
 // - align: en [C, F] = d^T A where A (T, F) has a 1 at (i, j) when frame j belongs to id i,
 //   so column j is d's row for that id (a copy: exact).
 // - f0_energy: the shared BiLSTM over en^T, then the F0 and N branches of three AdainResBlk1d
-//   each (the second upsamples x2) and a 1x1 ConvInteger: F0 (2F,), N (2F,).
+//   each (the second upsamples x2) and a 1x1 convolution: F0 (2F,), N (2F,).
+// Linears, convolutions and LSTMs run in their tensors' lane (weight_ops.h, bilstm.h).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "tts/kokoro/int8_ops.h"
-#include "tts/kokoro/qlstm.h"
+#include "tts/kokoro/weight_ops.h"
+#include "tts/kokoro/bilstm.h"
 #include "tts/kokoro/style_blocks.h"
 #include "tts/kokoro/weights.h"
 
@@ -49,18 +50,18 @@ public:
     // d [t, c] -> en [c, sum(durations)].
     static std::vector<float> align(const float* d, int64_t t, int64_t c,
                                     const std::vector<int64_t>& durations);
-    // en [d_width(), f] -> f0 and n (2f each). swap_lstm: negative control (see QLstm).
+    // en [d_width(), f] -> f0 and n (2f each). swap_lstm: negative control (see BiLstm).
     void f0_energy(const float* en, int64_t f, const float* s_pred, std::vector<float>& f0,
                    std::vector<float>& n, ThreadPool* pool, bool swap_lstm = false) const;
 
 private:
     int64_t style_ = 0;
-    std::vector<QLstm> lstms_;          // predictor.text_encoder.lstms.{0, 2, 4}
+    std::vector<BiLstm> lstms_;          // predictor.text_encoder.lstms.{0, 2, 4}
     std::vector<AdaLayerNorm> norms_;   // predictor.text_encoder.lstms.{1, 3, 5}
-    QLstm lstm_, shared_;
-    QLinear duration_proj_;
+    BiLstm lstm_, shared_;
+    Linear duration_proj_;
     std::vector<AdainResBlk1d> f0_blocks_, n_blocks_;
-    QConv f0_proj_, n_proj_;
+    Conv f0_proj_, n_proj_;
 };
 
 }  // namespace dasllama::kokoro

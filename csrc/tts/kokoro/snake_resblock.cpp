@@ -16,8 +16,8 @@ SnakeResBlock SnakeResBlock::load(const KokoroWeights& w, const std::string& mod
         Round r;
         r.adain1 = AdaIN1d::load(w, module + ".adain1." + J);
         r.adain2 = AdaIN1d::load(w, module + ".adain2." + J);
-        r.conv1 = QConv::load(w, module + ".convs1." + J);
-        r.conv2 = QConv::load(w, module + ".convs2." + J);
+        r.conv1 = Conv::load(w, module + ".convs1." + J);
+        r.conv2 = Conv::load(w, module + ".convs2." + J);
         const int64_t c = r.conv1.c_out();
         r.alpha1 = w.floats(module + ".alpha1." + J, {1, c, 1});
         r.alpha2 = w.floats(module + ".alpha2." + J, {1, c, 1});

@@ -1,15 +1,15 @@
 // iSTFTNet's AdaINResBlock1 (reference: ReferenceKokoro.snake_resblock): three rounds of
 //     t = conv2_j(snake2_j(adain2_j(conv1_j(snake1_j(adain1_j(x))))));  x = t + x
 // over channel-major x [C, L]; conv1_j is dilated (1, 3, 5), both keep the length. Snake's
-// alphas are per channel (MODULE.alphaK.J, [1, C, 1]); AdaIN and the int8 convolutions are
-// style_blocks.h's and int8_ops.h's.
+// alphas are per channel (MODULE.alphaK.J, [1, C, 1]); AdaIN and the convolutions are
+// style_blocks.h's and weight_ops.h's (either lane).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "tts/kokoro/int8_ops.h"
+#include "tts/kokoro/weight_ops.h"
 #include "tts/kokoro/style_blocks.h"
 #include "tts/kokoro/weights.h"
 
@@ -43,7 +43,7 @@ private:
     struct Round {
         AdaIN1d adain1, adain2;
         std::vector<float> alpha1, alpha2;
-        QConv conv1, conv2;
+        Conv conv1, conv2;
     };
     std::string name_;
     int64_t channels_ = 0;

@@ -15,7 +15,7 @@ namespace {
 constexpr float kRsqrt2 = 1.4142135381698608f;   // residual blocks divide by this (sqrt(2))
 
 // fc(style) for one style row: the row is quantized on its own, as the graph does.
-std::vector<float> style_fc(const QLinear& fc, const float* style) {
+std::vector<float> style_fc(const Linear& fc, const float* style) {
     std::vector<float> h(size_t(fc.out()));
     fc.forward(style, 1, h.data(), nullptr);
     return h;
@@ -33,7 +33,7 @@ ThreadPool& serial_pool() {
 
 AdaIN1d AdaIN1d::load(const KokoroWeights& w, const std::string& module) {
     AdaIN1d a;
-    a.fc_ = QLinear::load(w, module + ".fc");
+    a.fc_ = Linear::load(w, module + ".fc");
     if (a.fc_.out() % 2)
         throw ShapeError(w.path() + ": " + module + ".fc has an odd width " +
                          std::to_string(a.fc_.out()));
@@ -58,7 +58,7 @@ void AdaIN1d::forward(const float* x, int64_t l, const float* style, float* out,
 
 AdaLayerNorm AdaLayerNorm::load(const KokoroWeights& w, const std::string& module) {
     AdaLayerNorm a;
-    a.fc_ = QLinear::load(w, module + ".fc");
+    a.fc_ = Linear::load(w, module + ".fc");
     const int64_t c = a.fc_.out() / 2;
     a.weight_ = w.f32(module + ".weight", {c}).f32();
     a.bias_ = w.f32(module + ".bias", {c}).f32();
@@ -88,11 +88,11 @@ AdainResBlk1d AdainResBlk1d::load(const KokoroWeights& w, const std::string& mod
     b.name_ = w.path() + ": " + module;
     b.norm1_ = AdaIN1d::load(w, module + ".norm1");
     b.norm2_ = AdaIN1d::load(w, module + ".norm2");
-    b.conv1_ = QConv::load(w, module + ".conv1");
-    b.conv2_ = QConv::load(w, module + ".conv2");
+    b.conv1_ = Conv::load(w, module + ".conv1");
+    b.conv2_ = Conv::load(w, module + ".conv2");
     b.upsample_ = w.has(module + ".pool.weight");
     b.shortcut_conv_ = w.has(module + ".conv1x1.weight");
-    if (b.shortcut_conv_) b.conv1x1_ = QConv::load(w, module + ".conv1x1");
+    if (b.shortcut_conv_) b.conv1x1_ = Conv::load(w, module + ".conv1x1");
     const int64_t cin = b.conv1_.c_in();
     if (b.norm1_.channels() != cin || b.norm2_.channels() != b.conv2_.c_in() ||
         b.conv1_.c_out() != b.conv2_.c_in() ||

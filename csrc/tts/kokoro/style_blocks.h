@@ -6,8 +6,9 @@
 // - AdainResBlk1d: residual norm1 -> LeakyReLU 0.2 -> [pool: depthwise x2 transposed conv] ->
 //   conv1 -> norm2 -> LeakyReLU 0.2 -> conv2; shortcut [nearest x2] [-> conv1x1];
 //   (residual + shortcut) / sqrt(2).
-// fc is a MatMulInteger linear over the one style row (quantized alone); convolutions are
-// ConvInteger (int8_ops.h); the pool is a float convolution (nn/conv_transpose1d.h).
+// fc is a linear over the one style row (the int8 lane quantizes it alone) and the
+// convolutions are weight_ops.h's, each in its tensor's lane; the pool is a float convolution
+// (nn/conv_transpose1d.h).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "tts/kokoro/int8_ops.h"
+#include "tts/kokoro/weight_ops.h"
 #include "tts/kokoro/weights.h"
 
 namespace dasllama {
@@ -42,7 +43,7 @@ public:
                  ThreadPool* pool) const;
 
 private:
-    QLinear fc_;
+    Linear fc_;
 };
 
 class AdaLayerNorm {
@@ -56,7 +57,7 @@ public:
                  ThreadPool* pool) const;
 
 private:
-    QLinear fc_;
+    Linear fc_;
     const float* weight_ = nullptr;
     const float* bias_ = nullptr;
     float eps_ = 1e-5f;
@@ -82,7 +83,7 @@ public:
 private:
     std::string name_;
     AdaIN1d norm1_, norm2_;
-    QConv conv1_, conv2_, conv1x1_;
+    Conv conv1_, conv2_, conv1x1_;
     bool upsample_ = false, shortcut_conv_ = false;
     // The depthwise x2 transposed convolution, without its bias (pool_bias_, added after the
     // taps as the reference adds it). Its scratch is mutable: forward is not reentrant.

@@ -8,17 +8,17 @@ namespace dasllama::kokoro {
 
 TextEncoder TextEncoder::load(const KokoroWeights& w) {
     TextEncoder e;
-    e.embedding_ = QEmbedding::load(w, "text_encoder.embedding");
+    e.embedding_ = Embedding::load(w, "text_encoder.embedding");
     for (int i = 0; w.has("text_encoder.cnn." + std::to_string(i) + ".0.weight"); ++i) {
         const std::string p = "text_encoder.cnn." + std::to_string(i);
         Round r;
-        r.conv = QConv::load(w, p + ".0");
+        r.conv = Conv::load(w, p + ".0");
         r.ln_w = w.f32(p + ".1.weight", {r.conv.c_out()}).f32();
         r.ln_b = w.f32(p + ".1.bias", {r.conv.c_out()}).f32();
         r.eps = w.eps(p + ".1");
         e.rounds_.push_back(std::move(r));
     }
-    e.lstm_ = QLstm::load(w, "text_encoder.lstm");
+    e.lstm_ = BiLstm::load(w, "text_encoder.lstm");
     int64_t c = e.embedding_.dim();
     for (const Round& r : e.rounds_) {
         if (r.conv.c_in() != c) throw ShapeError(w.path() + ": text_encoder.cnn widths do not chain");

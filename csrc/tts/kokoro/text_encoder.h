@@ -1,13 +1,14 @@
-// Kokoro's text encoder (reference: ReferenceKokoro.text_encoder): the quantized embedding,
-// rounds of [ConvInteger, LayerNorm over channels, LeakyReLU 0.2], and a BiLSTM:
+// Kokoro's text encoder (reference: ReferenceKokoro.text_encoder): the embedding, rounds of
+// [convolution, LayerNorm over channels, LeakyReLU 0.2], and a BiLSTM (each weight op in its
+// tensor's lane, weight_ops.h):
 //     ids [T] -> [T, 512]  (time-major; synthesize aligns its transpose to [512, F]).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "tts/kokoro/int8_ops.h"
-#include "tts/kokoro/qlstm.h"
+#include "tts/kokoro/weight_ops.h"
+#include "tts/kokoro/bilstm.h"
 #include "tts/kokoro/weights.h"
 
 namespace dasllama {
@@ -26,13 +27,13 @@ public:
 
 private:
     struct Round {
-        QConv conv;
+        Conv conv;
         const float *ln_w = nullptr, *ln_b = nullptr;
         float eps = 1e-5f;
     };
-    QEmbedding embedding_;
+    Embedding embedding_;
     std::vector<Round> rounds_;
-    QLstm lstm_;
+    BiLstm lstm_;
 };
 
 }  // namespace dasllama::kokoro

@@ -68,6 +68,13 @@ KokoroWeights::KokoroWeights(const std::string& path) : file_(GGUFFile::open(pat
     if (const GGUFEntry* e = f.find("kokoro.bert.max_positions"))
         cfg_.bert_max_positions = f.as_int(e->value);
     if (const GGUFEntry* e = f.find("kokoro.quantized")) cfg_.quantized = f.as_bool(e->value);
+    if (const GGUFEntry* e = f.find("kokoro.bert.activation")) {
+        const std::string act(f.as_string(e->value));
+        if (act != "gelu_new" && act != "gelu")
+            throw GGUFError(f.path() + ": kokoro.bert.activation is '" + act +
+                            "', expected 'gelu_new' (tanh form) or 'gelu' (erf form)");
+        cfg_.bert_gelu_erf = act == "gelu";
+    }
     if (cfg_.bert_layers < 1 || cfg_.bert_heads < 1)
         throw GGUFError(f.path() + ": kokoro.bert.layers / heads must be positive");
 
@@ -117,6 +124,12 @@ TensorView KokoroWeights::f32(const std::string& name, const std::vector<int64_t
 
 TensorView KokoroWeights::i8(const std::string& name, const std::vector<int64_t>& shape) const {
     return view(name, "I8", shape);
+}
+
+std::string KokoroWeights::type_of(const std::string& name) const {
+    const GGUFTensor* t = file_->find_tensor(name);
+    if (!t) throw MissingTensor(path() + ": tensor '" + name + "' is missing");
+    return t->traits->name;
 }
 
 std::vector<float> KokoroWeights::floats(const std::string& name,

@@ -52,6 +52,9 @@ struct KokoroConfig {
     int64_t bert_layers = 12;        // applications of ALBERT's one shared layer
     int64_t bert_heads = 12;
     int64_t bert_max_positions = 512;
+    // ALBERT's feed-forward activation (kokoro.bert.activation): the tanh form ("gelu_new", the
+    // int8 graph's FastGelu; the default) or the erf form ("gelu").
+    bool bert_gelu_erf = false;
     bool quantized = true;
 
     int64_t style_width() const { return style_decoder + style_predictor; }
@@ -86,6 +89,8 @@ public:
     // matches any size. Throws MissingTensor, FormatError (type), ShapeError (shape).
     TensorView f32(const std::string& name, const std::vector<int64_t>& shape = {}) const;
     TensorView i8(const std::string& name, const std::vector<int64_t>& shape = {}) const;
+    // The tensor's GGUF type name ("F32", "F16", "I8", ...); MissingTensor when absent.
+    std::string type_of(const std::string& name) const;
     // The floats of an F32 tensor, copied.
     std::vector<float> floats(const std::string& name,
                               const std::vector<int64_t>& shape = {}) const;

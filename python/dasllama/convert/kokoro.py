@@ -9,8 +9,10 @@ The input is the graph kokoro-onnx exports (float or dynamically quantized int8)
 packs (.npz of (510, 1, 256) arrays, a .pt dict of tensors, or a .bin that is an .npz) and the
 phoneme vocabulary (kokoro's config.json or a {"vocab": {symbol: id}} file). The converter
 walks every node: each weight-bearing node (MatMulInteger, ConvInteger, DynamicQuantizeLSTM,
-Gather of an embedding, LayerNormalization, SkipLayerNormalization, float Conv, ConvTranspose
-and MatMul, the Snake alphas, the STFT window) becomes named tensors; every other op must be
+Gather of an embedding, LayerNormalization, SkipLayerNormalization, float Conv, ConvTranspose,
+MatMul and Gemm, the float graph's LSTM and float embedding Gather, the Snake alphas, the STFT
+window) becomes named tensors (a float graph's InstanceNormalization must carry AdaIN's identity
+affine part and is checked, not stored); every other op must be
 one of the structural ops the family uses, and every initializer must be claimed by a rule or be
 a small constant of a structural op. Anything else raises :class:`ConvertError` naming it.
 
@@ -36,8 +38,14 @@ module that uses them. For a module M:
     M.weight_ih (I8 (dirs, in, 4H)), M.weight_hh (I8 (dirs, H, 4H)), M.weight_ih_scale,
     M.weight_ih_zp, M.weight_hh_scale, M.weight_hh_zp (F32 (dirs,)), M.bias (F32 (dirs, 8H))
                                                           a DynamicQuantizeLSTM (gates i o f c)
+    M.weight_ih (F32 (dirs, in, 4H)), M.weight_hh (F32 (dirs, H, 4H)), M.bias (F32 (dirs, 8H))
+                                                          a float ONNX LSTM (ONNX's W and R
+                                                          transposed; gates i o f c)
     M.weight (I8 (rows, dim)), M.weight_scale (1,), M.weight_zp (1,)   a quantized embedding
-    M.weight, M.bias (F32)                                a LayerNorm, float conv or linear
+    M.weight, M.bias (F32)                                a LayerNorm, float conv, linear
+                                                          (MatMul (in, out); a Gemm's weight
+                                                          transposed to (in, out) when transB)
+                                                          or embedding table
     decoder.generator.*.alphaK.J (F32 (1, C, 1))          Snake alphas
     decoder.generator.stft.window (F32 (n_fft,))          the STFT analysis window
     decoder.generator.stft.inverse_basis, .window_sum     the exporter's iSTFT basis and sum
@@ -85,10 +93,15 @@ STRUCTURAL_OPS = {
     "Greater", "GreaterOrEqual", "Less", "And", "NonZero", "ScatterND", "Range", "CumSum",
     "ReduceMean", "ReduceSum", "Softmax", "LeakyRelu", "Resize", "Pad", "MatMul",
     "FusedMatMul", "DynamicQuantizeLinear", "DequantizeLinear", "FastGelu",
+    # a float export's: ALBERT's id buffers (GatherElements, Flatten) and its softmax guard
+    # (IsNaN)
+    "GatherElements", "Flatten", "IsNaN",
 }
 # The largest constant a structural op may carry (the sine generator's 9 harmonic factors,
 # a 4-d shape, ...); a bigger one is a weight no rule claimed.
 _SMALL_CONST = 16
+
+ADAIN_EPS = 1e-5   # AdaIN's instance norm (the reference's and the C++ chain's)
 
 _PREDICTOR_PARTS = ("F0", "N", "F0_proj", "N_proj", "shared")
 
@@ -274,6 +287,69 @@ class _Reader:
         self.t.add(f"{name}.bias", "F32", self.const(b).astype(np.float32), b)
         self.meta[f"kokoro.lstm.{name}.hidden"] = ("u32", int(a["hidden_size"]))
 
+    def lstm_float(self, node) -> None:
+        """The float graph's ONNX LSTM: W (dirs, 4H, in) and R (dirs, 4H, H) in ONNX's gate order
+        i, o, f, c, B (dirs, 8H) = [Wb | Rb]; stored in the int8 layout's (dirs, in, 4H) and
+        (dirs, H, 4H) as F32 (the C++ chain and the reference pick the float lane from it)."""
+        name, _ = _node_module(node)
+        a = self.g.attrs(node)
+        if a.get("direction") != "bidirectional" or a.get("input_forget", 0):
+            raise self.fail(node, f"expected a plain bidirectional LSTM, got {a}")
+        acts = [x.decode() if isinstance(x, bytes) else str(x) for x in a.get("activations", [])]
+        if "clip" in a or acts not in ([], ["Sigmoid", "Tanh", "Tanh"] * 2):
+            raise self.fail(node, f"LSTM attributes clip / activations {a.get('clip')!r} "
+                                  f"{acts!r} are not supported (plain sigmoid / tanh only)")
+        ins = list(node.input) + [""] * (8 - len(node.input))
+        w, r, b = ins[1], ins[2], ins[3]
+        for role, x in (("W", w), ("R", r), ("B", b)):
+            if not x or not self.g.is_const(x):
+                raise self.fail(node, f"its {role} input is not a constant")
+        for x in (ins[5], ins[6]):   # initial_h, initial_c: zeros, constant or built
+            if x and self.g.is_const(x):
+                if np.any(self.const(x)):
+                    raise self.fail(node, "its initial state is not zero")
+        if ins[4] or ins[7]:
+            raise self.fail(node, "sequence_lens and peepholes are not supported")
+        wv, rv, bv = self.const(w), self.const(r), self.const(b)
+        hidden = int(a["hidden_size"])
+        if wv.ndim != 3 or wv.shape[0] != 2 or wv.shape[1] != 4 * hidden or \
+                rv.shape != (2, 4 * hidden, hidden) or bv.shape != (2, 8 * hidden):
+            raise self.fail(node, f"W {list(wv.shape)}, R {list(rv.shape)}, B {list(bv.shape)} "
+                                  f"are not a bidirectional LSTM's of hidden {hidden}")
+        self.t.add(f"{name}.weight_ih", "F32",
+                   np.ascontiguousarray(wv.transpose(0, 2, 1), np.float32), w)
+        self.t.add(f"{name}.weight_hh", "F32",
+                   np.ascontiguousarray(rv.transpose(0, 2, 1), np.float32), r)
+        self.t.add(f"{name}.bias", "F32", bv.astype(np.float32), b)
+        self.meta[f"kokoro.lstm.{name}.hidden"] = ("u32", hidden)
+
+    def gemm(self, node) -> None:
+        """A float Gemm with a constant weight (a Linear on 2-d input): y = x W^T + b for
+        transB = 1 (PyTorch's (out, in)), x W + b for transB = 0; stored (in, out)."""
+        name, _ = _node_module(node)
+        a = self.g.attrs(node)
+        if a.get("transA", 0) or float(a.get("alpha", 1.0)) != 1.0 or \
+                float(a.get("beta", 1.0)) != 1.0:
+            raise self.fail(node, f"only y = x W (+ b) Gemms are supported, got {a}")
+        w = self.const(node.input[1]).astype(np.float32)
+        if w.ndim != 2:
+            raise self.fail(node, f"weight of shape {list(w.shape)} is not a matrix")
+        self.t.add(f"{name}.weight", "F32", np.ascontiguousarray(w.T if a.get("transB", 0)
+                                                                  else w), node.input[1])
+        if len(node.input) > 2 and node.input[2]:
+            if not self.g.is_const(node.input[2]):
+                raise self.fail(node, "its bias is not a constant")
+            self.t.add(f"{name}.bias", "F32", np.atleast_1d(self.const(node.input[2])).astype(
+                np.float32), node.input[2])
+
+    def embedding_float(self, node) -> None:
+        """A float embedding table read by a Gather (the float graph's)."""
+        table = node.input[0]
+        if not table.endswith(".weight"):
+            raise self.fail(node, f"embedding table {table!r} is not a module's weight")
+        name = state_name(table[:-len(".weight")])
+        self.t.add(f"{name}.weight", "F32", self.const(table).astype(np.float32), table)
+
     def embedding(self, node) -> None:
         table = node.input[0]
         deq = self.consumer(node.output[0], "DequantizeLinear", node)
@@ -298,12 +374,13 @@ class _Reader:
 
     def float_weights(self, node) -> None:
         """Conv, ConvTranspose and MatMul with float weights (and the bias after a MatMul)."""
-        name, _ = _node_module(node)
+        name, call = _node_module(node)
         w = node.input[1]
         if not self.g.is_const(w):
             if node.op_type == "MatMul":
                 return   # attention scores and the alignment: activations only
             raise self.fail(node, "its weight is not a constant")
+        self.calls[name] = max(self.calls.get(name, 0), call + 1)   # ALBERT's shared layer
         if name == "decoder.generator.istft.stft":
             name = "decoder.generator.stft"
             self.t.add(f"{name}.inverse_basis", "F32", self.const(w).astype(np.float32), w)
@@ -312,8 +389,9 @@ class _Reader:
         if len(node.input) > 2 and node.input[2]:
             self.t.add(f"{name}.bias", "F32", self.const(node.input[2]).astype(np.float32),
                        node.input[2])
-        if node.op_type == "MatMul":
-            add = self.g.only_consumer(node.output[0], "Add")
+        if node.op_type == "MatMul":   # the bias: an Add, or FastGelu's (ALBERT's ffn)
+            add = self.g.only_consumer(node.output[0], "Add") or \
+                self.g.only_consumer(node.output[0], "FastGelu")
             b = self.g.const_input(add) if add is not None else None
             if b is not None:
                 self.t.add(f"{name}.bias", "F32", np.atleast_1d(self.const(b)).astype(
@@ -327,8 +405,8 @@ class _Reader:
                 continue
             v = self.g.array(x)
             base = x.rsplit(".", 1)[-1]
-            if v.size <= _SMALL_CONST:
-                self.claimed.add(x)
+            if v.size <= _SMALL_CONST and ".alpha" not in x:   # (a narrow stage's alphas
+                self.claimed.add(x)                              # are small too)
             elif node.op_type == "Mul" and v.ndim == 3 and v.shape[0] == 1 and v.shape[2] == 1:
                 # Snake: alpha * x (a named alpha), or (1 / alpha) * sin^2 (folded; the
                 # reference divides alike)
@@ -339,7 +417,10 @@ class _Reader:
                     self.claimed.add(x)
                 else:
                     raise self.fail(node, f"unknown per-channel constant {x!r} {v.shape}")
-            elif node.op_type == "Slice" and x.startswith("onnx::Slice") and v.dtype == np.int64:
+            elif v.dtype == np.int64 and v.ndim <= 2 and (
+                    (node.op_type == "Slice" and x.startswith("onnx::Slice")) or
+                    (node.op_type in ("Expand", "Slice", "GatherElements") and
+                     "/bert/embeddings/" in node.name)):
                 flat = v.reshape(-1)
                 if np.array_equal(flat, np.arange(v.size)):   # ALBERT's position ids
                     self.meta["kokoro.bert.max_positions"] = ("u32", int(v.size))
@@ -353,6 +434,16 @@ class _Reader:
             else:
                 raise self.fail(node, f"constant input {x!r} of shape {list(v.shape)} is not "
                                       "one this graph family has")
+
+    def instance_norm(self, node) -> None:
+        """AdaIN's InstanceNormalization as a float export writes it: its affine part must be the
+        identity (ones, zeros; the model was trained without one) and its epsilon AdaIN's."""
+        for role, x, want in (("scale", node.input[1], 1.0), ("bias", node.input[2], 0.0)):
+            if not self.g.is_const(x) or not np.all(self.const(x) == want):
+                raise self.fail(node, f"its {role} is not the identity's ({want:g} everywhere)")
+        eps = float(self.g.attrs(node).get("epsilon", 1e-5))
+        if abs(eps - ADAIN_EPS) > 1e-9:
+            raise self.fail(node, f"epsilon {eps:g} is not AdaIN's {ADAIN_EPS:g}")
 
     def stft(self, node) -> None:
         ins = list(node.input)
@@ -377,6 +468,15 @@ class _Reader:
                 self.conv_integer(node)
             elif op == "DynamicQuantizeLSTM":
                 self.lstm(node)
+            elif op == "LSTM":
+                self.lstm_float(node)
+            elif op == "Gemm" and g.is_const(node.input[1]):
+                self.gemm(node)
+            elif op == "Gather" and g.is_const(node.input[0]) and \
+                    g.array(node.input[0]).ndim == 2 and \
+                    g.array(node.input[0]).dtype in (np.float32, np.float16) and \
+                    g.array(node.input[0]).size > _SMALL_CONST:
+                self.embedding_float(node)
             elif op == "Gather" and g.is_const(node.input[0]) and \
                     g.array(node.input[0]).ndim == 2 and g.array(node.input[0]).dtype in (
                         np.int8, np.uint8):
@@ -392,6 +492,8 @@ class _Reader:
                 self.float_weights(node)
             elif op == "STFT":
                 self.stft(node)
+            elif op == "InstanceNormalization":
+                self.instance_norm(node)
             elif op in STRUCTURAL_OPS:
                 structural.append(node)
             else:
@@ -416,6 +518,19 @@ def _scalar_after(g: OnnxGraph, node_path: str, op: str) -> Optional[float]:
     return None
 
 
+def _sine_amplitude(g: OnnxGraph, sg: str) -> Optional[float]:
+    """The sine generator's amplitude: the scalar its sines (the output of its Sin) are
+    multiplied by first; found by structure, since exporters number the Muls differently."""
+    sin = next((n for n in g.nodes if n.op_type == "Sin" and n.name.startswith(sg)), None)
+    if sin is None:
+        return None
+    for node in g.consumers.get(sin.output[0], []):
+        c = g.const_input(node) if node.op_type == "Mul" else None
+        if c is not None and g.array(c).size == 1:
+            return float(g.array(c).reshape(()))
+    return None
+
+
 def _config(g: OnnxGraph, r: _Reader) -> None:
     """Model-level settings read from the graph (shapes come with the tensors)."""
     meta = r.meta
@@ -429,9 +544,15 @@ def _config(g: OnnxGraph, r: _Reader) -> None:
         if node.op_type == "Concat" and "albert_layers.0/attention/Concat" in node.name:
             consts = [g.array(x) for x in node.input if g.is_const(x)]
             if len(consts) == 2:
-                heads = int(consts[0].reshape(-1)[0])
+                # [heads, head_dim], or [-1, head_dim] where the exporter infers the heads
+                heads, head_dim = int(consts[0].reshape(-1)[0]), int(consts[1].reshape(-1)[0])
+                if heads <= 0 and head_dim > 0:
+                    query = r.t.items.get("bert.encoder.albert_layer_groups.0.albert_layers.0."
+                                          "attention.query.weight")
+                    if query is not None and query[1].shape[-1] % head_dim == 0:
+                        heads = query[1].shape[-1] // head_dim
                 break
-    if heads is None:
+    if heads is None or heads <= 0:
         raise ConvertError(f"{g.path}: the attention's head count is not in the graph")
     meta["kokoro.bert.heads"] = ("u32", heads)
     if any(n.op_type == "FastGelu" for n in g.nodes):   # the exporter's tanh-form GELU
@@ -445,7 +566,7 @@ def _config(g: OnnxGraph, r: _Reader) -> None:
                       for c in n.input if g.is_const(c)), None)
     rate = _scalar_after(g, sg + "Div", "Div")
     thr = _scalar_after(g, sg + "Greater", "Greater")
-    amp = _scalar_after(g, sg + "Mul_5", "Mul")
+    amp = _sine_amplitude(g, sg)
     up = next((g.array(n.input[2]).reshape(-1)[-1] for n in g.nodes
                if n.name == "/decoder/decoder/generator/f0_upsamp/Resize"), None)
     for what, v in (("harmonics", harmonics), ("sample rate", rate), ("voiced threshold", thr),

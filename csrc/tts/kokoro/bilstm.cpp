@@ -1,4 +1,4 @@
-#include "tts/kokoro/qlstm.h"
+#include "tts/kokoro/bilstm.h"
 #include "tts/kokoro/no_contract.h"
 
 #include <algorithm>
@@ -8,27 +8,43 @@
 
 namespace dasllama::kokoro {
 
-QLstm QLstm::load(const KokoroWeights& w, const std::string& module) {
-    QLstm l;
+BiLstm BiLstm::load(const KokoroWeights& w, const std::string& module) {
+    BiLstm l;
     l.name_ = w.path() + ": " + module;
-    const TensorView wih = w.i8(module + ".weight_ih", {2, -1, -1});
+    const Lane lane = lane_of(w, module + ".weight_ih");
+    const TensorView wih = lane == Lane::kInt8 ? w.i8(module + ".weight_ih", {2, -1, -1})
+                                               : w.f32(module + ".weight_ih", {2, -1, -1});
     const int64_t in = wih.dim(1), gates = wih.dim(2);
     if (gates % 4)
         throw ShapeError(l.name_ + ": weight_ih's last dimension " + std::to_string(gates) +
                          " is not 4 * hidden");
     const int64_t h = gates / 4;
     l.hidden_ = h;
-    const TensorView whh = w.i8(module + ".weight_hh", {2, h, gates});
+    if (lane_of(w, module + ".weight_hh") != lane)
+        throw FormatError(l.name_ + ": weight_ih is " + w.type_of(module + ".weight_ih") +
+                          " but weight_hh is " + w.type_of(module + ".weight_hh"));
+    const TensorView whh = lane == Lane::kInt8
+                               ? w.i8(module + ".weight_hh", {2, h, gates})
+                               : w.f32(module + ".weight_hh", {2, h, gates});
     const TensorView bias = w.f32(module + ".bias", {2, 2 * gates});
-    const TensorView is = w.f32(module + ".weight_ih_scale", {2});
-    const TensorView iz = w.f32(module + ".weight_ih_zp", {2});
-    const TensorView hs = w.f32(module + ".weight_hh_scale", {2});
-    const TensorView hz = w.f32(module + ".weight_hh_zp", {2});
     for (int d = 0; d < 2; ++d) {
-        l.ih_[d] = QLinear(wih.i8() + d * in * gates, in, gates, iz.f32() + d, is.f32() + d, 1,
-                           nullptr, l.name_ + ".weight_ih");
-        l.hh_[d] = QLinear(whh.i8() + d * h * gates, h, gates, hz.f32() + d, hs.f32() + d, 1,
-                           nullptr, l.name_ + ".weight_hh");
+        if (lane == Lane::kInt8) {
+            const TensorView is = w.f32(module + ".weight_ih_scale", {2});
+            const TensorView iz = w.f32(module + ".weight_ih_zp", {2});
+            const TensorView hs = w.f32(module + ".weight_hh_scale", {2});
+            const TensorView hz = w.f32(module + ".weight_hh_zp", {2});
+            l.ih_[d] = Linear::from_int8(QLinear(wih.i8() + d * in * gates, in, gates,
+                                                 iz.f32() + d, is.f32() + d, 1, nullptr,
+                                                 l.name_ + ".weight_ih"));
+            l.hh_[d] = Linear::from_int8(QLinear(whh.i8() + d * h * gates, h, gates,
+                                                 hz.f32() + d, hs.f32() + d, 1, nullptr,
+                                                 l.name_ + ".weight_hh"));
+        } else {
+            l.ih_[d] = Linear::from_floats(wih.f32() + d * in * gates, in, gates, nullptr,
+                                           l.name_ + ".weight_ih");
+            l.hh_[d] = Linear::from_floats(whh.f32() + d * h * gates, h, gates, nullptr,
+                                           l.name_ + ".weight_hh");
+        }
         const float* b = bias.f32() + d * 2 * gates;
         l.bias_[d].resize(size_t(gates));
         for (int64_t i = 0; i < gates; ++i) l.bias_[d][size_t(i)] = b[i] + b[gates + i];
@@ -36,19 +52,14 @@ QLstm QLstm::load(const KokoroWeights& w, const std::string& module) {
     return l;
 }
 
-void QLstm::direction(int d, const float* xw, int64_t t, float* out, int64_t ld,
+void BiLstm::direction(int d, const float* xw, int64_t t, float* out, int64_t ld,
                       bool reverse) const {
     const int64_t h = hidden_, g4 = 4 * h;
-    const int64_t kp = int8_padded(h);
     std::vector<float> hv(size_t(h), 0.0f), c(size_t(h), 0.0f), hr(static_cast<size_t>(g4)), g(static_cast<size_t>(g4));
     std::vector<float> act(static_cast<size_t>(g4)), tc(static_cast<size_t>(h));
-    std::vector<uint8_t> q(size_t(kp), 0);
     for (int64_t step = 0; step < t; ++step) {
         const int64_t row = reverse ? t - 1 - step : step;
-        const QuantParams qp = dynamic_quantize(hv.data(), h, q.data());
-        int64_t qsum = 0;
-        for (int64_t i = 0; i < h; ++i) qsum += q[size_t(i)];
-        hh_[d].forward_quantized(q.data(), &qsum, qp, 1, hr.data(), nullptr);
+        hh_[d].forward(hv.data(), 1, hr.data(), nullptr);   // int8: h quantized on its own
         const float* x = xw + row * g4;
         const float* b = bias_[d].data();
         for (int64_t i = 0; i < g4; ++i) g[size_t(i)] = (x[i] + hr[size_t(i)]) + b[i];
@@ -65,27 +76,16 @@ void QLstm::direction(int d, const float* xw, int64_t t, float* out, int64_t ld,
     }
 }
 
-void QLstm::forward(const float* x, int64_t t, float* out, ThreadPool* pool,
+void BiLstm::forward(const float* x, int64_t t, float* out, ThreadPool* pool,
                     bool swap_directions) const {
-    const int64_t in = input(), g4 = 4 * hidden_, h = hidden_;
+    const int64_t g4 = 4 * hidden_, h = hidden_;
     if (t < 1) throw ShapeError(name_ + ": an empty sequence");
-    // The input projections: x quantized once (the backward direction's reversed sequence has
-    // the same range, so the same parameters and rows).
-    const int64_t kp = int8_padded(in);
-    std::vector<uint8_t> q(size_t(t * kp), 0);
-    std::vector<int64_t> sums(size_t(t), 0);
-    const QuantParams qp = quant_params(x, t * in);
-    for (int64_t i = 0; i < t; ++i) {
-        uint8_t* row = &q[size_t(i * kp)];
-        quantize(x + i * in, in, qp, row);
-        int64_t s = 0;
-        for (int64_t j = 0; j < in; ++j) s += row[j];
-        sums[size_t(i)] = s;
-    }
+    // The input projections over the whole sequence (the int8 lane quantizes x as one tensor;
+    // the backward direction's reversed sequence has the same range, so the same rows).
     std::vector<float> xw[2];
     for (int d = 0; d < 2; ++d) {
         xw[d].resize(size_t(t * g4));
-        ih_[d].forward_quantized(q.data(), sums.data(), qp, t, xw[d].data(), pool);
+        ih_[d].forward(x, t, xw[d].data(), pool);
     }
     std::vector<float> bwd;
     if (swap_directions) bwd.resize(size_t(t * h));
