@@ -119,7 +119,8 @@ def _openers(args, engines) -> dict:
 
 def _unpaired_note(device: str, ngl: int, engines) -> Optional[str]:
     """A warning when dasllama and llama.cpp would run on different backends: their rows do
-    not pair (pairs share the backend), so no ratio, board cell or check comes of them."""
+    not pair (pairs share the backend class, CPU or GPU), so no ratio, board cell or check comes
+    of them."""
     if "dasllama" not in engines or "llama.cpp" not in engines:
         return None
     ours_gpu, peer_gpu = llm.backend_of(device) != "cpu", ngl > 0
