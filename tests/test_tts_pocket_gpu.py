@@ -423,6 +423,32 @@ def test_codec_stream_changes_sides(cpu, gpu, ids):
     assert after["declined"]["knob"] - before["declined"]["knob"] == 2
 
 
+def test_a_batch_shares_its_first_input_projection(cpu, gpu, ids):
+    """The frames seat's dispatch counter: a batch of n frames records the first Euler step's
+    input projection once for all its frames (GpuFrames::record_batch), so it runs
+    n * (a one-frame batch's dispatches) - (n - 1). Both batches on the device, EOS off."""
+    for m in (cpu, gpu):
+        m.seed_noise(2)
+    gpu.begin_chunk(ids[TEXT], "", 0.3, 1e9, 0)
+    counts = []
+    for n in (1, 3):
+        before = _seats(gpu)["frames"]
+        assert gpu.step(n)[1] == n
+        after = _seats(gpu)["frames"]
+        assert after["served"] - before["served"] == 1
+        counts.append(after["dispatches"] - before["dispatches"])
+    one, three = counts
+    print(f"frames seat: {one} dispatches a one-frame batch, {three} a three-frame batch "
+          f"({three / 3:.2f} a frame)")
+    assert three == 3 * one - 2
+    cpu.begin_chunk(ids[TEXT], "", 0.3, 1e9, 0)
+    for n in (1, 3):
+        cpu.step(n)
+    g, c = gpu.record()["latents"], cpu.record()["latents"]
+    check("latents of a shared input projection", rel_l2(g, c), BAR_LATENTS,
+          rel_l2(g[1:], c[:-1]))
+
+
 SEATS = ("prompt", "frames", "codec")
 
 
