@@ -1,7 +1,8 @@
 """``dasllama bench tts``: Pocket TTS against the pocket-tts package, frames pinned.
 
 Fake engines check the structure (validation before timing, one warm-up each, alternating
-requests with shared seeds, three rows per engine from the same requests, the noisy-cell
+requests with shared seeds, three rows per engine from the same requests (four where the
+requests time their prompt stage), GPU rows paired across GPU APIs, the noisy-cell
 re-run, the quiet guard's re-run of a disturbed request, a stop that keeps finished rows), that the record follows bench/schema.json with
 every dasllama row paired, and that the board shows the cells. One real run (2 frames, 1
 request, the random English model) goes through the command line, dasllama.TTS and the
@@ -96,6 +97,41 @@ def test_three_rows_per_engine_from_the_same_requests():
     assert by_test["rtf"]["samples"] == pytest.approx([10.0, 8.0])
     assert by_test["rtf"]["unit"] == "x" and by_test["first_audio"]["unit"] == "ms"
     assert all(r["audio_seconds"] == 4.0 and r["kind"] == "tts" for r in rows)
+
+
+def test_a_prompt_stage_row_when_every_request_times_its_prompt():
+    """Requests that carry prompt_ns give a fourth row, prompt_stage (ms), from the same
+    requests; one request without it (an engine that does not time its prompt) gives none."""
+    def req(wall, prompt):
+        return Request(wall, wall // 4, 50 * FRAME, [], None, prompt_ns=prompt)
+
+    ours = FakeEngine("dasllama")
+    rows = tts.rows_for(ours, _model(), [req(400_000_000, 3_000_000),
+                                         req(500_000_000, 5_000_000)], 24000,
+                        text="Hello.", quant="F32")
+    by_test = {r["test"]: r for r in rows}
+    assert [r["test"] for r in rows] == ["request_wall", "first_audio", "rtf", "prompt_stage"]
+    assert by_test["prompt_stage"]["samples"] == [3.0, 5.0]
+    assert by_test["prompt_stage"]["samples_ns"] == [3_000_000, 5_000_000]
+    assert by_test["prompt_stage"]["unit"] == "ms"
+    rows = tts.rows_for(ours, _model(), [req(400_000_000, 3_000_000), req(500_000_000, None)],
+                        24000, text="Hello.", quant="F32")
+    assert [r["test"] for r in rows] == ["request_wall", "first_audio", "rtf"]
+
+
+def test_a_gpu_row_pairs_with_the_reference_on_another_gpu_api_not_with_a_cpu_row():
+    """pair_key compares backend classes: dasllama on Vulkan pairs with the package on CUDA
+    (the same run's GPU rows), never with a CPU row of the package."""
+    def row(engine, backend, median):
+        return {"kind": "tts", "engine": engine, "backend": backend, "model": "m.gguf",
+                "test": "request_wall", "median": median}
+
+    found = list(record.pairs([row("dasllama", "vulkan", 50.0), row("pocket-tts", "cuda", 800.0)]))
+    assert [(o["backend"], r["backend"], q) for o, r, q in found] == [("vulkan", "cuda", 0.0625)]
+    assert not list(record.pairs([row("dasllama", "vulkan", 50.0),
+                                  row("pocket-tts", "cpu", 800.0)]))
+    assert not list(record.pairs([row("dasllama", "cpu", 50.0),
+                                  row("pocket-tts", "cuda", 800.0)]))
 
 
 def test_a_noisy_engine_is_run_once_more_and_stays_marked():
@@ -262,7 +298,12 @@ def test_a_real_short_run_through_the_command_line(fx, tmp_path, capsys):
     assert len(written) == 1
     rec = json.loads(written[0].read_text())
     check_record(rec)
-    assert rec["complete"] and len(rec["rows"]) == 6
+    # Four rows an engine: both time their prompt stage.
+    assert rec["complete"] and len(rec["rows"]) == 8
+    prompts = [r for r in rec["rows"] if r["test"] == "prompt_stage"]
+    assert sorted(r["engine"] for r in prompts) == ["dasllama", "pocket-tts"]
+    assert all(0 < r["median"] < r2["median"] for r in prompts for r2 in rec["rows"]
+               if r2["engine"] == r["engine"] and r2["test"] == "request_wall")
     v = rec["validation"][0]
     print("validation:", v)
     assert v["tokens_agree"] and v["samples"] == {"dasllama": 2 * FRAME,

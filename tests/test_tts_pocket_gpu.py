@@ -5,6 +5,10 @@ The prompt seat runs a chunk's text rows (or a voice's rows) through the backbon
 every layer's K/V rows back into the host state, leaving them resident for the frames seat;
 the frames seat runs a batch of frames per command buffer (backbone step + flow head); the
 codec seat decodes each step's frames with Mimi's decoder, its streaming state on the device.
+The fault seam: DASLLAMA_GPU_FAIL_SUBMIT=N (the process's nth encoder submit) or
+_core.gpu_inject_submit_fault(n) (the nth from the call: armed before begin_chunk, the nth of a
+request) fails that submit with DeviceError('injected fault'); the seat declines with
+gpu_error and the CPU chain serves the call.
 The device is lavapipe by name unless
 $DASLLAMA_TEST_VULKAN picks another (tests/gpu_helpers.py); CI=true makes a missing device a
 failure. $DASLLAMA_TEST_POCKET_MODELS names a folder of converted models (pocket-f32.gguf, ...)
@@ -419,17 +423,45 @@ def test_codec_stream_changes_sides(cpu, gpu, ids):
     assert after["declined"]["knob"] - before["declined"]["knob"] == 2
 
 
+def test_a_batch_shares_its_first_input_projection(cpu, gpu, ids):
+    """The frames seat's dispatch counter: a batch of n frames records the first Euler step's
+    input projection once for all its frames (GpuFrames::record_batch), so it runs
+    n * (a one-frame batch's dispatches) - (n - 1). Both batches on the device, EOS off."""
+    for m in (cpu, gpu):
+        m.seed_noise(2)
+    gpu.begin_chunk(ids[TEXT], "", 0.3, 1e9, 0)
+    counts = []
+    for n in (1, 3):
+        before = _seats(gpu)["frames"]
+        assert gpu.step(n)[1] == n
+        after = _seats(gpu)["frames"]
+        assert after["served"] - before["served"] == 1
+        counts.append(after["dispatches"] - before["dispatches"])
+    one, three = counts
+    print(f"frames seat: {one} dispatches a one-frame batch, {three} a three-frame batch "
+          f"({three / 3:.2f} a frame)")
+    assert three == 3 * one - 2
+    cpu.begin_chunk(ids[TEXT], "", 0.3, 1e9, 0)
+    for n in (1, 3):
+        cpu.step(n)
+    g, c = gpu.record()["latents"], cpu.record()["latents"]
+    check("latents of a shared input projection", rel_l2(g, c), BAR_LATENTS,
+          rel_l2(g[1:], c[:-1]))
+
+
 SEATS = ("prompt", "frames", "codec")
 
 
-@pytest.mark.parametrize("nth, seat", [(1, "prompt"), (2, "frames"), (3, "codec")])
+@pytest.mark.parametrize("nth, seat", [(1, "prompt"), (2, "frames"), (3, "codec"), (0, None)],
+                         ids=["prompt", "frames", "codec", "no-fault"])
 def test_injected_device_fault_falls_back_mid_request(cpu, gpu, ids, nth, seat):
     """A device failure mid-request, through the fault seam (the nth encoder submit after
     begin_chunk fails: the prompt's, the first frame batch's, the first codec call's): that
     seat declines with gpu_error, the CPU serves the call, and the next step is back on the
     device. Latents and audio of both steps equal the CPU chain's within the GPU bars (nothing
     lost or repeated: the same frame count, the noise stream alike). Control: the latents one
-    frame late."""
+    frame late. Negative control of the seam (nth 0, disarmed): no seat declines and the
+    device serves the prompt, every frame batch and every codec call."""
     from dasllama import _core
     before = _seats(gpu)
     for m in (cpu, gpu):
@@ -448,12 +480,17 @@ def test_injected_device_fault_falls_back_mid_request(cpu, gpu, ids, nth, seat):
     assert faults == {s: int(s == seat) for s in SEATS}
     assert [n for _, n in got] == [n for _, n in want] == [2, 2]
     g, c = gpu.record()["latents"], cpu.record()["latents"]
-    check(f"latents with a {seat} fault", rel_l2(g, c), BAR_LATENTS, rel_l2(g[1:], c[:-1]))
-    check(f"audio with a {seat} fault", rel_l2(np.concatenate([a for a, _ in got]),
+    check(f"latents with a {seat or 'no'} fault", rel_l2(g, c), BAR_LATENTS,
+          rel_l2(g[1:], c[:-1]))
+    check(f"audio with a {seat or 'no'} fault", rel_l2(np.concatenate([a for a, _ in got]),
                                                np.concatenate([a for a, _ in want])), BAR_AUDIO)
-    if seat != "prompt":   # a chunk has one prompt call; the other seats serve again
+    if seat in ("frames", "codec"):   # a chunk has one prompt call; the others serve again
         assert after[seat]["served"] > before[seat]["served"]
-    assert after["frames"]["served"] - before["frames"]["served"] == (2 if seat != "frames" else 1)
+    served = {s: after[s]["served"] - before[s]["served"] for s in SEATS}
+    assert served["frames"] == (2 if seat != "frames" else 1)
+    if seat is None:
+        assert served == {"prompt": 1, "frames": 2, "codec": 2}
+        assert all(after[s]["declined"] == before[s]["declined"] for s in SEATS)
 
 
 # The codec's transposed-convolution stamp on its own.

@@ -24,7 +24,6 @@ GpuFrames::GpuFrames(GpuOps& ops, const PocketConfig& c, const DeviceBackbone& w
     const size_t F = sizeof(float);
     x_ = dev.alloc(size_t(c.lm.d_model) * F, "frames.x");
     cy_ = dev.alloc(size_t(W) * F, "flow.cond_y");
-    xw_ = dev.alloc(size_t(W) * F, "flow.x");
     m_ = dev.alloc(size_t(B * W) * F, "flow.mlp_in");
     v_ = dev.alloc(size_t(L) * F, "flow.v");
     ada_rows_ = w.ada_all.w.rows;
@@ -70,16 +69,18 @@ void GpuFrames::reserve(int64_t n) {
     lat_ = dev.alloc(size_t(n + 1) * L * F, "frames.latents");
     lat_in_ = dev.alloc_host(size_t(n + 1) * L * F, "frames.latents_in");
     cond_ = dev.alloc(size_t(n) * Z * F, "frames.cond");
+    xw_ = dev.alloc(size_t(n * c_.flow_dim) * F, "flow.x");
     kv_rows_ = dev.alloc(size_t(n) * kv * F, "frames.kv_rows");
     host_out_ = dev.alloc_host(size_t(n) * (Z + L + kv) * F, "frames.readback");
     batch_ = n;
 }
 
-void GpuFrames::prefill(gpu::Encoder& e, bool cond) {
+void GpuFrames::prefill(gpu::Encoder& e, bool cond, int64_t xw_row) {
     const size_t F = sizeof(float);
     const int64_t W = c_.flow_dim, B = int64_t(w_.blocks.size());
     if (cond) e.copy(*bias_, size_t(b_cy_) * F, *cy_, 0, size_t(W) * F);
-    e.copy(*bias_, size_t(b_xw_) * F, *xw_, 0, size_t(W) * F);
+    if (xw_row >= 0)
+        e.copy(*bias_, size_t(b_xw_) * F, *xw_, size_t(xw_row * W) * F, size_t(W) * F);
     if (B) e.copy(*bias_, size_t(b_m_) * F, *m_, 0, size_t(B * W) * F);
     e.copy(*bias_, size_t(b_v_) * F, *v_, 0, size_t(c_.latent_dim) * F);
     e.copy(*bias_, size_t(b_ada_) * F, *aux_, size_t(ada_off_) * F, size_t(ada_rows_) * F);
@@ -89,17 +90,20 @@ void GpuFrames::flow_head(gpu::Encoder& e, int64_t frame, int64_t steps) {
     const int64_t W = c_.flow_dim, L = c_.latent_dim, Z = c_.cond_dim();
     const int64_t B = int64_t(w_.blocks.size());
     const uint32_t uw = uint32_t(W), ul = uint32_t(L), lat_off = uint32_t((frame + 1) * L);
+    const uint32_t x_row = uint32_t(frame * W);  // this frame's row of xw_
     const float eps = float(c_.flow_norm_eps);
     for (int64_t i = 0; i < steps; ++i) {
         if (i > 0) {
-            prefill(e, false);
+            prefill(e, false, frame);
             e.barrier();
         }
-        // cond_y = cond(conditioning) (once a frame); x = input(latent).
+        // cond_y = cond(conditioning) (once a frame); x = input(latent) (the first step's: made
+        // for the whole batch by record_batch).
         if (i == 0)
             ops_.linear(e, w_.cond.w, nullptr, *cond_, uint32_t(frame * Z), uint32_t(Z), *cy_, 0,
                         uw, 1, true);
-        ops_.linear(e, w_.flow_input.w, nullptr, *lat_, lat_off, ul, *xw_, 0, uw, 1, true);
+        else
+            ops_.linear(e, w_.flow_input.w, nullptr, *lat_, lat_off, ul, *xw_, x_row, uw, 1, true);
         e.barrier();
         // Every block's shift | scale | gate and the final layer's shift | scale, from
         // SiLU(cond_y + the step's mean time embedding).
@@ -111,15 +115,16 @@ void GpuFrames::flow_head(gpu::Encoder& e, int64_t frame, int64_t steps) {
             const DeviceFlowBlock& blk = w_.blocks[size_t(b)];
             const int64_t ada = ada_off_ + 3 * b * W;
             // m = mlp_in(adaLN(LayerNorm(x))); x += gate mlp_out(SiLU(m)).
-            ops_.linear(e, blk.mlp_in.w, nullptr, *xw_, 0, uw, *m_, uint32_t(b * W), uw, 1, true,
+            ops_.linear(e, blk.mlp_in.w, nullptr, *xw_, x_row, uw, *m_, uint32_t(b * W), uw, 1,
+                        true,
                         {GK_MM_IN_LAYERNORM + 3u, aux_.get(), ln_offsets(2 * b * W, ada), eps});
             e.barrier();
-            ops_.linear_gated(e, blk.mlp_out.w, *m_, uint32_t(b * W), GK_MM_IN_SILU, *xw_, 0,
+            ops_.linear_gated(e, blk.mlp_out.w, *m_, uint32_t(b * W), GK_MM_IN_SILU, *xw_, x_row,
                               *aux_, uint32_t(out_bias_off_ + b * W), uint32_t(ada + 2 * W));
             e.barrier();
         }
         // v = final_out(adaLN(LayerNorm(x))), no affine part; latent += v / steps.
-        ops_.linear(e, w_.final_out.w, nullptr, *xw_, 0, uw, *v_, 0, ul, 1, true,
+        ops_.linear(e, w_.final_out.w, nullptr, *xw_, x_row, uw, *v_, 0, ul, 1, true,
                     {GK_MM_IN_LAYERNORM + 2u, aux_.get(), ln_offsets(0, ada_off_ + 3 * B * W),
                      eps});
         e.barrier();
@@ -132,13 +137,20 @@ void GpuFrames::record_batch(gpu::Encoder& e, int64_t n, int64_t steps) {
     const int64_t D = c_.lm.d_model, L = c_.latent_dim, Z = c_.cond_dim();
     const uint32_t ud = uint32_t(D), kvw = uint32_t(lm_.kv_width());
     const size_t F = sizeof(float);
-    // The batch's input latent and starting noise, written to mapped memory before each submit.
+    // The batch's input latent and starting noise, written to mapped memory before each submit;
+    // the first Euler step's x = input(starting latent) of every frame in one product.
+    const int64_t W = c_.flow_dim;
     e.copy(*lat_in_, 0, *lat_, 0, size_t((n + 1) * L) * F);
+    for (int64_t j = 0; j < n; ++j)
+        e.copy(*bias_, size_t(b_xw_) * F, *xw_, size_t(j * W) * F, size_t(W) * F);
+    e.barrier();
+    ops_.linear(e, w_.flow_input.w, nullptr, *lat_, uint32_t(L), uint32_t(L), *xw_, 0,
+                uint32_t(W), n, true);
     e.barrier();
     for (int64_t j = 0; j < n; ++j) {
         // The flow head's bias images go in while the backbone runs (nothing reads them before
         // the barriers below).
-        prefill(e, true);
+        prefill(e, true, -1);
         ops_.linear(e, w_.input, nullptr, *lat_, uint32_t(j * L), uint32_t(L), *x_, 0, ud, 1);
         e.barrier();
         // Positions pos_base[0] + j; each layer's K/V rows also go to kv_rows_ [layer][k|v][n].

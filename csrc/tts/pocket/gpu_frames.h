@@ -8,7 +8,10 @@
 //
 // Fewer dispatches: LayerNorms, adaLN modulation and activations run in the input stage of the
 // projection that follows them (shaders/kernels/mm_input.h); biases are copied into the
-// outputs before the products, which then add to them (b + Wx rounds as Wx + b).
+// outputs before the products, which then add to them (b + Wx rounds as Wx + b). The first
+// Euler step's input projection reads only the frame's starting latent, which the host
+// supplies, so one product at the batch's start makes it for every frame of the batch (each
+// frame's flow head then works in its own row of xw_).
 //
 // Replay: a batch's command buffer reads its positions from a mapped buffer (the batch's first
 // position) and touches only buffers of fixed places, so it is recorded once per (frames,
@@ -48,8 +51,9 @@ private:
     void record_batch(gpu::Encoder& e, int64_t n, int64_t steps);
     void flow_head(gpu::Encoder& e, int64_t frame, int64_t steps);
     // Copies the biases into the outputs the flow head's products add to (`cond`: the
-    // conditioning's embedding too, once a frame).
-    void prefill(gpu::Encoder& e, bool cond);
+    // conditioning's embedding too, once a frame; xw_row >= 0: the input projection's, into
+    // that frame's row of xw_).
+    void prefill(gpu::Encoder& e, bool cond, int64_t xw_row);
 
     GpuOps& ops_;
     const PocketConfig& c_;
@@ -65,8 +69,8 @@ private:
     // Mapped (host-visible): lat_in_ (the batch's inputs), host_out_ (its outputs), pos_base_.
     std::unique_ptr<gpu::Buffer> lat_, lat_in_, x_, cond_, tsum_, kv_rows_, host_out_, pos_base_;
     // The flow head: activations (each its own buffer: no dispatch reads and writes one
-    // buffer), aux_ = [every block's norm weight | bias][the adaLN outputs][the mlp_out
-    // biases], the bias images.
+    // buffer; xw_ has a row per frame of the batch), aux_ = [every block's norm weight |
+    // bias][the adaLN outputs][the mlp_out biases], the bias images.
     std::unique_ptr<gpu::Buffer> cy_, xw_, m_, v_, aux_, bias_;
     // Recorded batches by (frames, Euler steps), valid while the transformer's buffers are
     // those of lm_generation_ and the knobs those of knobs_generation_.

@@ -6,7 +6,9 @@
 //           (gpu_codec.h)
 //
 // A seat serves a call or declines it with a reason (knob, shape, device, memory, gpu_error),
-// and the CPU chain takes the call with nothing lost; SeatStats count both.
+// and the CPU chain takes the call with nothing lost; SeatStats count both. A gpu_error mid-
+// request can be forced through the fault seam of gpu/device.h (DASLLAMA_GPU_FAIL_SUBMIT=N, or
+// _core.gpu_inject_submit_fault(n): the nth encoder submit fails with DeviceError).
 //
 // The backbone's K/V rows: the host state (a KVCache, float32) is the contract; the device
 // holds its own copy of the chunk's state. resident_ is the record of what the device copy

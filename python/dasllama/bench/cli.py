@@ -119,7 +119,8 @@ def _openers(args, engines) -> dict:
 
 def _unpaired_note(device: str, ngl: int, engines) -> Optional[str]:
     """A warning when dasllama and llama.cpp would run on different backends: their rows do
-    not pair (pairs share the backend), so no ratio, board cell or check comes of them."""
+    not pair (pairs share the backend class, CPU or GPU), so no ratio, board cell or check comes
+    of them."""
     if "dasllama" not in engines or "llama.cpp" not in engines:
         return None
     ours_gpu, peer_gpu = llm.backend_of(device) != "cpu", ngl > 0
@@ -250,6 +251,9 @@ def add_tts_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=("f32", "fast"), default="f32",
                    help="dasllama's activations: f32 (default) or fast (8-bit in the "
                         "backbone's quantized matrices)")
+    p.add_argument("--peer-device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the pocket-tts package runs: torch's CPU (default) or its first "
+                        "CUDA GPU, whose rows pair with dasllama's on a GPU --device")
     p.add_argument("--peer-process", choices=("own", "same"), default="own",
                    help="the package in a runner process of its own (default) or in this one")
     p.add_argument("--seed", type=int, default=0, help="noise seed of the first request")
@@ -324,13 +328,16 @@ def run_tts(args) -> int:
                                      precision=args.precision)
 
     def open_package(threads):
-        return peer_class(checkpoint, tokenizer, threads=threads, language=args.language)
+        return peer_class(checkpoint, tokenizer, threads=threads, language=args.language,
+                          device=args.peer_device)
 
     open_ours = open_dasllama if args.engine in ("both", "dasllama") else None
     open_peer = open_package if args.engine in ("both", "pocket-tts") else None
-    if open_ours and open_peer and llm.backend_of(args.device) != "cpu" and not args.quiet:
-        print(f"note: dasllama runs on {args.device}, the package on the CPU: rows of "
-              f"different backends do not pair, so the run gives no ratio", file=sys.stderr)
+    ours_on_gpu = llm.backend_of(args.device) != "cpu"
+    if open_ours and open_peer and ours_on_gpu != (args.peer_device != "cpu") and \
+            not args.quiet:
+        print(f"note: dasllama runs on {args.device}, the package on {args.peer_device}: a "
+              f"CPU row and a GPU row do not pair, so the run gives no ratio", file=sys.stderr)
 
     def run(on_event, on_rows):
         return tts.benchmark(paths, open_ours, open_peer, threads=threads, reps=args.reps,
@@ -341,8 +348,9 @@ def run_tts(args) -> int:
                              checkpoint=checkpoint and Path(checkpoint),
                              on_event=on_event, on_rows=on_rows,
                              config={"precision": args.precision,
-                                     "peer_process": args.peer_process})
-    return _report(*record_run(run, gpu=llm.backend_of(args.device) != "cpu", out=args.out,
+                                     "peer_process": args.peer_process,
+                                     "peer_device": args.peer_device})
+    return _report(*record_run(run, gpu=ours_on_gpu or args.peer_device != "cpu", out=args.out,
                                quiet=args.quiet), args)
 
 

@@ -15,17 +15,25 @@ The package runs generation and Mimi decoding on two Python threads of its own; 
 torch's intra-op pool of ``threads`` threads (``torch.set_num_threads``, which the package
 sets to 1 on import).
 
+On a CUDA GPU (``device="cuda"``, the runner's ``--device cuda``) the model and its state live
+on the device and the clock reads wait for the device (``torch.cuda.synchronize``) at the first
+piece and at the end, as the package's own GPU timing does; the rows' backend is then
+``cuda`` and their device the GPU's name.
+
+Every request also times the package's prompt stage: its ``_run_flow_lm_and_increment_step``
+call on the text tokens (device work waited for on CUDA), ``Request.prompt_ns``.
+
 Run as a program it is the runner (the same interpreter, another process, so torch's thread
 pool and dasllama's never share a process):
 
     python -m dasllama.bench.pocket_peer --checkpoint C --tokenizer T --threads N
-                                         [--language english]
+                                         [--language english] [--device cpu|cuda]
 
 Protocol: one JSON object a line. After loading it writes ``{"event": "ready", ...}``
 (versions, threads, sample rate), then answers each request line with one reply line:
 
     {"cmd": "run", "text": ..., "frames": 50, "temperature": 0.3, "seed": 1, "audio": false}
-        -> {"ok": true, "wall_ns": .., "first_audio_ns": .., "samples": ..,
+        -> {"ok": true, "wall_ns": .., "first_audio_ns": .., "prompt_ns": .., "samples": ..,
             "tokens": [[ids of each chunk]], "audio_f32": base64 (when "audio" is true)}
     {"cmd": "rss"}  -> {"ok": true, "max_rss": bytes}
     {"cmd": "quit"} -> {"ok": true}, then exit
@@ -50,6 +58,8 @@ from typing import Optional
 __all__ = ["Request", "PocketPackage", "PocketRunner", "main"]
 
 ENGINE = "pocket-tts"
+# Where the package can run: torch's CPU, or its first CUDA GPU.
+DEVICES = ("cpu", "cuda")
 
 
 @dataclass
@@ -66,6 +76,8 @@ class Request:
     others_cpu_s: Optional[float] = None
     waited_s: float = 0.0
     discarded: list = field(default_factory=list)
+    # The prompt stage (the text rows through the backbone) as the engine times it, ns.
+    prompt_ns: Optional[int] = None
 
 
 def _max_rss() -> int:
@@ -83,7 +95,8 @@ class PocketPackage:
     name, backend, device = ENGINE, "cpu", None
     rss_scope = "the harness's process, whole run"
 
-    def __init__(self, checkpoint, tokenizer, *, threads: int, language: str = "english"):
+    def __init__(self, checkpoint, tokenizer, *, threads: int, language: str = "english",
+                 device: str = "cpu"):
         import torch
         from pocket_tts.models.tts_model import TTSModel
         from pocket_tts.utils.config import CONFIGS_DIR, load_config
@@ -99,18 +112,34 @@ class PocketPackage:
         cfg.flow_lm.lookup_table.tokenizer_path = str(tokenizer)
         cfg.flow_lm.lookup_table.tokenizer = ("tokenizers" if str(tokenizer).endswith(".json")
                                               else "sentencepiece")
+        if device not in DEVICES:
+            raise ValueError(f"device {device!r}: expected one of {', '.join(DEVICES)}")
+        if device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("device 'cuda': this torch sees no CUDA GPU "
+                               f"(torch {torch.__version__})")
         self.model = TTSModel._from_pydantic_config_with_weights(
-            cfg, cfg.default_temperature, 1, None, math.inf).eval()
+            cfg, cfg.default_temperature, 1, None, math.inf).eval().to(device)
         torch.set_num_threads(threads)   # after the import, which sets 1
         self.threads = threads
         self.sample_rate = int(self.model.sample_rate)
         self.frame_size = int(self.sample_rate / cfg.mimi.frame_rate)
         self._torch = torch
+        self._cuda = device == "cuda"
         from importlib.metadata import version
         self.versions = {"version": version("pocket-tts"), "torch": torch.__version__,
                          "torch_threads": torch.get_num_threads(), "language": language,
-                         "checkpoint": Path(checkpoint).name, "dtype": "float32"}
+                         "checkpoint": Path(checkpoint).name, "dtype": "float32",
+                         "device": device}
+        if self._cuda:
+            self.versions["gpu"] = torch.cuda.get_device_name(0)
+            self.versions["cuda"] = torch.version.cuda
+            self.backend, self.device = "cuda", self.versions["gpu"]
         self.version = self.versions["version"]
+
+    def _sync(self) -> None:
+        """Waits for the device's queued work (CUDA), so a clock read after it counts it."""
+        if self._cuda:
+            self._torch.cuda.synchronize()
 
     def run(self, text: str, frames: int, temperature: float, seed: int,
             keep_audio: bool = False) -> Request:
@@ -130,25 +159,45 @@ class PocketPackage:
             tokens.append([int(i) for i in out.reshape(-1).tolist()])
             return out
 
+        step = m._run_flow_lm_and_increment_step
+        prompt_ns: list = []
+
+        def timed_step(*args, **kwargs):
+            # The prompt stage is the call that takes the text tokens.
+            if kwargs.get("text_tokens") is None:
+                return step(*args, **kwargs)
+            self._sync()
+            p0 = time.perf_counter_ns()
+            out = step(*args, **kwargs)
+            self._sync()
+            prompt_ns.append(time.perf_counter_ns() - p0)
+            return out
+
         state = init_states(m.flow_lm, batch_size=1, sequence_length=0)   # no voice
         torch.manual_seed(int(seed))
         m.flow_lm.conditioner.prepare = recording_prepare
+        m._run_flow_lm_and_increment_step = timed_step
         pieces, samples, first = [], 0, None
         try:
             with torch.no_grad():
+                self._sync()
                 t0 = time.perf_counter_ns()
                 for piece in m.generate_audio_stream(state, text, copy_state=False):
                     if first is None:
+                        self._sync()
                         first = time.perf_counter_ns() - t0
                     samples += int(piece.shape[-1])
                     if keep_audio:
                         pieces.append(piece)
+                self._sync()
                 wall = time.perf_counter_ns() - t0
         finally:
             del m.flow_lm.conditioner.prepare     # the class's method again
-        audio = (torch.cat(pieces).numpy().astype(np.float32) if keep_audio and pieces
+            del m._run_flow_lm_and_increment_step
+        audio = (torch.cat(pieces).cpu().numpy().astype(np.float32) if keep_audio and pieces
                  else None)
-        return Request(wall, first if first is not None else wall, samples, tokens, audio)
+        return Request(wall, first if first is not None else wall, samples, tokens, audio,
+                       prompt_ns=prompt_ns[0] if prompt_ns else None)
 
     def max_rss(self) -> int:
         return _max_rss()
@@ -167,7 +216,7 @@ def _serve(args) -> int:
     sys.stdout = sys.stderr
     try:
         peer = PocketPackage(args.checkpoint, args.tokenizer, threads=args.threads,
-                             language=args.language)
+                             language=args.language, device=args.device)
     except Exception as e:                          # noqa: BLE001 - reported, then exit
         out.write(json.dumps({"event": "error", "error": f"{type(e).__name__}: {e}"}) + "\n")
         return 1
@@ -181,7 +230,7 @@ def _serve(args) -> int:
                 r = peer.run(req["text"], int(req["frames"]), float(req["temperature"]),
                              int(req["seed"]), bool(req.get("audio")))
                 reply = {"ok": True, "wall_ns": r.wall_ns, "first_audio_ns": r.first_audio_ns,
-                         "samples": r.samples, "tokens": r.tokens}
+                         "prompt_ns": r.prompt_ns, "samples": r.samples, "tokens": r.tokens}
                 if r.audio is not None:
                     reply["audio_f32"] = base64.b64encode(r.audio.tobytes()).decode("ascii")
             elif cmd == "rss":
@@ -205,12 +254,12 @@ class PocketRunner:
     rss_scope = "the runner process, whole run"
 
     def __init__(self, checkpoint, tokenizer, *, threads: int, language: str = "english",
-                 python: Optional[str] = None, startup_s: float = 300.0):
+                 device: str = "cpu", python: Optional[str] = None, startup_s: float = 300.0):
         from .llm import BenchError
         self._error = BenchError
         cmd = [python or sys.executable, "-m", "dasllama.bench.pocket_peer",
                "--checkpoint", str(checkpoint), "--tokenizer", str(tokenizer),
-               "--threads", str(threads), "--language", language]
+               "--threads", str(threads), "--language", language, "--device", device]
         env = dict(os.environ)
         # This package, importable from the runner even when it is a source checkout.
         pkg_root = str(Path(__file__).resolve().parents[2])
@@ -228,6 +277,8 @@ class PocketRunner:
         self.versions = {k: v for k, v in ready.items()
                          if k not in ("event", "sample_rate", "frame_size")}
         self.version = str(self.versions["version"])
+        if self.versions.get("device") == "cuda":
+            self.backend, self.device = "cuda", str(self.versions.get("gpu", "cuda"))
 
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
@@ -253,8 +304,9 @@ class PocketRunner:
         if "audio_f32" in r:
             import numpy as np
             audio = np.frombuffer(base64.b64decode(r["audio_f32"]), dtype=np.float32)
+        prompt = r.get("prompt_ns")
         return Request(int(r["wall_ns"]), int(r["first_audio_ns"]), int(r["samples"]),
-                       r["tokens"], audio)
+                       r["tokens"], audio, prompt_ns=None if prompt is None else int(prompt))
 
     def max_rss(self) -> int:
         return int(self._ask(cmd="rss")["max_rss"])
@@ -284,6 +336,8 @@ def main(argv=None) -> int:
     p.add_argument("--tokenizer", required=True, help="tokenizers .json or SentencePiece .model")
     p.add_argument("--threads", type=int, required=True, help="torch's intra-op threads")
     p.add_argument("--language", default="english", help="the package's config name")
+    p.add_argument("--device", default="cpu", choices=DEVICES,
+                   help="torch's device for the model (cuda: the first CUDA GPU)")
     return _serve(p.parse_args(argv))
 
 

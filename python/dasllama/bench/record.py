@@ -22,8 +22,8 @@ from typing import Iterator, Optional
 
 from .stats import Summary
 
-__all__ = ["SCHEMA", "OURS", "NOISE_CV", "ENV_KNOBS", "pair_key", "pairs", "ratio", "finish",
-           "format_table", "format_memory", "write", "load"]
+__all__ = ["SCHEMA", "OURS", "NOISE_CV", "ENV_KNOBS", "backend_class", "pair_key", "pairs",
+           "ratio", "finish", "format_table", "format_memory", "write", "load"]
 
 SCHEMA = "dasllama.bench/2"
 OURS = "dasllama"
@@ -42,9 +42,17 @@ def higher_is_better(row: dict) -> bool:
     return _HIGHER_IS_BETTER.get(row.get("unit"), True)
 
 
+def backend_class(row: dict) -> str:
+    """"cpu", or "gpu" for a row on any GPU API (vulkan, metal, cuda): a dasllama GPU row pairs
+    with a reference's GPU row of the same run, the reference on its own API (pocket-tts on
+    CUDA against dasllama on Vulkan); the rows keep their backends."""
+    return "cpu" if row.get("backend", "cpu") == "cpu" else "gpu"
+
+
 def pair_key(row: dict) -> tuple:
-    """What a dasllama row and its reference row share: kind, backend, model file and test."""
-    return (row.get("kind", "llm"), row.get("backend", "cpu"), row["model"], row["test"])
+    """What a dasllama row and its reference row share: kind, backend class, model file and
+    test."""
+    return (row.get("kind", "llm"), backend_class(row), row["model"], row["test"])
 
 
 def _summary(row: dict) -> Summary:
@@ -58,7 +66,7 @@ def ratio(ours: dict, reference: dict) -> float:
 
 def pairs(rows: list) -> Iterator[tuple]:
     """(dasllama row, reference row, ratio) for every dasllama row that has a reference row
-    from the same run (same kind, backend, model and test), in the rows' order."""
+    from the same run (same kind, backend class, model and test), in the rows' order."""
     refs = {}
     for r in rows:
         if r["engine"] != OURS:

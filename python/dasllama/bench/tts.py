@@ -9,7 +9,13 @@ tests come from every request:
 * ``request_wall`` (ms): text in, the whole audio out (normalization, tokenization, prompt,
   frame loop and Mimi decoding are all inside);
 * ``first_audio`` (ms): from the call to the first piece of audio (one frame, 80 ms, in both);
-* ``rtf`` (x): seconds of audio per second of wall time, above 1 faster than real time.
+* ``rtf`` (x): seconds of audio per second of wall time, above 1 faster than real time;
+
+and a fourth where both engines time it:
+
+* ``prompt_stage`` (ms): the request's text rows through the backbone, as each engine's own
+  clock says (dasllama's stage times, ``stats["stages"]["prompt_ms"]``; the package's
+  prompting call, pocket_peer.py). It is not part of the noisy rule below.
 
 The method, as ``dasllama bench llm``'s:
 
@@ -24,7 +30,7 @@ The method, as ``dasllama bench llm``'s:
   derived from medians when printed, never stored.
 * A cell (one test of one engine) whose cv exceeds 3% has its engine's requests run once
   more (alternating with any other noisy engine); the second attempt replaces the first for
-  all three of that engine's rows (they come from the same requests), which keep the first
+  all that engine's rows (they come from the same requests), which keep the first
   attempt's cv and samples. A row still above 3% is marked ``noisy``.
 
 On a shared box every timed request records the CPU seconds the rest of the machine used
@@ -58,6 +64,8 @@ __all__ = ["TESTS", "TEXT", "DasllamaTTSEngine", "validate", "measure", "rows_fo
            "benchmark", "random_model"]
 
 TESTS = (("request_wall", "ms"), ("first_audio", "ms"), ("rtf", "x"))
+# The test made only from requests that time their prompt stage (Request.prompt_ns).
+PROMPT_TEST = ("prompt_stage", "ms")
 TEXT = "The quick brown fox jumps over the lazy dog near the quiet river."
 LANES = ("f32", "f16", "q8_0")
 
@@ -108,7 +116,9 @@ class DasllamaTTSEngine:
                 pieces.append(piece)
         wall = time.perf_counter_ns() - t0
         audio = np.concatenate(pieces) if keep_audio and pieces else None
-        return Request(wall, first if first is not None else wall, samples, tokens, audio)
+        prompt_ms = self.tts.stats.get("stages", {}).get("prompt_ms")
+        return Request(wall, first if first is not None else wall, samples, tokens, audio,
+                       prompt_ns=None if prompt_ms is None else int(round(prompt_ms * 1e6)))
 
     def close(self) -> None:
         self.tts.close()
@@ -221,10 +231,15 @@ def measure(engines: Sequence, *, text: str, frames: int, reps: int, temperature
     return {"requests": requests, "reruns": reruns, "validation": validation}
 
 
+def _timed_prompts(reqs: Optional[Sequence[Request]]) -> bool:
+    return bool(reqs) and all(r.prompt_ns is not None for r in reqs)
+
+
 def rows_for(engine, model: dict, requests: Sequence[Request], sample_rate: int, *,
              text: str, quant: str, first_attempt: Optional[Sequence[Request]] = None,
              noise_cv: float = NOISE_CV) -> list:
-    """The engine's three rows (request_wall, first_audio, rtf) from its timed requests."""
+    """The engine's rows (request_wall, first_audio, rtf, and prompt_stage when every request
+    timed its prompt) from its timed requests."""
     figures = _figures(requests, sample_rate)
     firsts = _figures(first_attempt, sample_rate) if first_attempt else None
     ns = {"request_wall": [r.wall_ns for r in requests],
@@ -234,8 +249,16 @@ def rows_for(engine, model: dict, requests: Sequence[Request], sample_rate: int,
         "request_wall": [r.wall_ns for r in first_attempt],
         "first_audio": [r.first_audio_ns for r in first_attempt],
         "rtf": [r.wall_ns for r in first_attempt]}
+    tests = list(TESTS)
+    if _timed_prompts(requests) and (not first_attempt or _timed_prompts(first_attempt)):
+        tests.append(PROMPT_TEST)
+        figures["prompt_stage"] = [r.prompt_ns / 1e6 for r in requests]
+        ns["prompt_stage"] = [r.prompt_ns for r in requests]
+        if first_attempt:
+            firsts["prompt_stage"] = [r.prompt_ns / 1e6 for r in first_attempt]
+            first_ns["prompt_stage"] = [r.prompt_ns for r in first_attempt]
     rows = []
-    for test, unit in TESTS:
+    for test, unit in tests:
         s = summarize(figures[test])
         row = {"kind": "tts", "engine": engine.name,
                "backend": getattr(engine, "backend", "cpu"),
