@@ -87,8 +87,95 @@ void gemm_avx512(const uint8_t* a, int64_t lda, const int8_t* b, int64_t m, int6
 
 const Int8Kernels kAvx512{"avx512", kBlock, pack_vnni, gemm_avx512};
 
+// ---- the element-wise passes (Int8Vector): 16 values at a time, the generic level's
+// operations on each (no product is followed by an add that the compiler could fuse with it
+// but x * 0, whose sum is 0 or NaN either way).
+constexpr float kRoundMagic = 12582912.0f;   // 1.5 * 2^23: the add rounds half to even
+
+void range_avx512(const float* x, int64_t n, float& lo, float& hi, float& zero) {
+    __m512 l = _mm512_setzero_ps(), h = _mm512_setzero_ps(), z = _mm512_setzero_ps();
+    const __m512 zeros = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        l = _mm512_min_ps(l, v);
+        h = _mm512_max_ps(h, v);
+        z = _mm512_add_ps(z, _mm512_mul_ps(v, zeros));
+    }
+    if (i < n) {   // masked lanes read as 0, inside the range already
+        const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        l = _mm512_min_ps(l, v);
+        h = _mm512_max_ps(h, v);
+        z = _mm512_add_ps(z, _mm512_mul_ps(v, zeros));
+    }
+    lo = _mm512_reduce_min_ps(l);
+    hi = _mm512_reduce_max_ps(h);
+    zero = _mm512_reduce_add_ps(z);
+}
+
+inline __m512i quantize16(__m512 x, __m512 scale, __m512 zp) {
+    const __m512 magic = _mm512_set1_ps(kRoundMagic);
+    __m512 v = _mm512_div_ps(x, scale);
+    v = _mm512_sub_ps(_mm512_add_ps(v, magic), magic);
+    v = _mm512_add_ps(v, zp);
+    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_setzero_ps()), _mm512_set1_ps(float(kQuantMax)));
+    return _mm512_cvttps_epi32(v);
+}
+
+void quantize_avx512(const float* x, int64_t n, float scale, float zp, uint8_t* q) {
+    const __m512 sc = _mm512_set1_ps(scale), z = _mm512_set1_ps(zp);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i),
+                         _mm512_cvtepi32_epi8(quantize16(_mm512_loadu_ps(x + i), sc, z)));
+    if (i < n) {
+        const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+        _mm512_mask_cvtepi32_storeu_epi8(q + i, m,
+                                         quantize16(_mm512_maskz_loadu_ps(m, x + i), sc, z));
+    }
+}
+
+void rescale_avx512(const int32_t* acc, int64_t m, int64_t n, const int32_t* col, int32_t zw,
+                    const int64_t* qsum, const double* fb, float s, float* out) {
+    const __m512 sv = _mm512_set1_ps(s);
+    for (int64_t i = 0; i < m; ++i) {
+        const uint32_t zq = uint32_t(zw) * uint32_t(int32_t(qsum[i]));
+        const __m512i zqv = _mm512_set1_epi32(int32_t(zq));
+        const int32_t* a = acc + i * n;
+        float* o = out + i * n;
+        int64_t j = 0;
+        for (; j + 16 <= n; j += 16) {
+            const __m512i u = _mm512_sub_epi32(
+                _mm512_add_epi32(_mm512_loadu_si512(a + j), _mm512_loadu_si512(col + j)), zqv);
+            const __m512d d0 = _mm512_add_pd(
+                _mm512_cvtepi32_pd(_mm512_castsi512_si256(u)), _mm512_loadu_pd(fb + j));
+            const __m512d d1 = _mm512_add_pd(
+                _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(u, 1)), _mm512_loadu_pd(fb + j + 8));
+            const __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(d0)),
+                                                _mm512_cvtpd_ps(d1), 1);
+            _mm512_storeu_ps(o + j, _mm512_mul_ps(f, sv));
+        }
+        for (; j < n; ++j) {
+            const uint32_t u = uint32_t(a[j]) + uint32_t(col[j]) - zq;
+            const double sum = static_cast<double>(static_cast<int32_t>(u)) + fb[j];
+            o[j] = static_cast<float>(sum) * s;
+        }
+    }
+}
+
+const Int8Vector kVectorAvx512{"avx512", range_avx512, quantize_avx512, rescale_avx512};
+
 }  // namespace
 #endif
+
+const Int8Vector* int8_vector_avx512() {
+#if defined(__AVX512VNNI__) && defined(__AVX512F__)
+    return &kVectorAvx512;
+#else
+    return nullptr;
+#endif
+}
 
 const Int8Kernels* int8_kernels_avx512() {
 #if defined(__AVX512VNNI__) && defined(__AVX512F__)
