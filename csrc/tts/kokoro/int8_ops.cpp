@@ -141,13 +141,13 @@ void quantize_generic(const float* x, int64_t n, float scale, float zp, uint8_t*
 }
 
 void rescale_generic(const int32_t* acc, int64_t m, int64_t n, const int32_t* col, int32_t zw,
-                     const int64_t* qsum, const double* fb, float s, float* out) {
+                     const int64_t* qsum, const double* fb, float s, float* out, int64_t ldo) {
     for (int64_t i = 0; i < m; ++i) {
         const uint32_t zq = uint32_t(zw) * uint32_t(int32_t(qsum[i]));
         for (int64_t j = 0; j < n; ++j) {
             const uint32_t u = uint32_t(acc[i * n + j]) + uint32_t(col[j]) - zq;
             const double sum = static_cast<double>(static_cast<int32_t>(u)) + fb[j];
-            out[i * n + j] = static_cast<float>(sum) * s;
+            out[j * ldo + i] = static_cast<float>(sum) * s;
         }
     }
 }
@@ -421,7 +421,6 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
         std::vector<uint8_t> a(size_t(kConvBlock * kp));
         std::vector<int64_t> sums(static_cast<size_t>(kConvBlock));
         std::vector<int32_t> acc(size_t(kConvBlock * cout_g));
-        std::vector<float> out(size_t(kConvBlock * cout_g));
         for (int64_t b = blocks * t / nt; b < blocks * (t + 1) / nt; ++b) {
             const int64_t l0 = b * kConvBlock, nl = std::min(kConvBlock, lout - l0);
             for (int64_t g = 0; g < groups; ++g) {
@@ -441,11 +440,7 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
                 p_.kernels->gemm(a.data(), kp, p_.group(g), nl, cout_g, kp, acc.data(), cout_g);
                 const int64_t r0 = g * cout_g;
                 vec.rescale(acc.data(), nl, cout_g, &col[size_t(r0)], zw, sums.data(),
-                            &fb[size_t(r0)], s, out.data());
-                for (int64_t co = 0; co < cout_g; ++co) {   // back to channel-major
-                    float* dst = y + (r0 + co) * lout + l0;
-                    for (int64_t i = 0; i < nl; ++i) dst[i] = out[size_t(i * cout_g + co)];
-                }
+                            &fb[size_t(r0)], s, y + r0 * lout + l0, lout);
             }
         }
     };

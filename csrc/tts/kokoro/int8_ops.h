@@ -85,10 +85,11 @@ struct Int8Vector {
     void (*range)(const float* x, int64_t n, float& lo, float& hi, float& zero);
     // q[i] = clamp(round_half_even(x[i] / scale) + zp, 0, 255)
     void (*quantize)(const float* x, int64_t n, float scale, float zp, uint8_t* q);
-    // out[i, j] = float(double(int32(acc[i, j] + col[j] - zw * qsum[i])) + fb[j]) * s
-    // (modulo 2^32: the exact sum fits), for i < m, j < n; acc and out rows n wide.
+    // out[j * ldo + i] = float(double(int32(acc[i * n + j] + col[j] - zw * qsum[i])) + fb[j])
+    // * s (modulo 2^32: the exact sum fits), for i < m, j < n: transposed, so a convolution's
+    // time-major sums land in its channel-major output.
     void (*rescale)(const int32_t* acc, int64_t m, int64_t n, const int32_t* col, int32_t zw,
-                    const int64_t* qsum, const double* fb, float s, float* out);
+                    const int64_t* qsum, const double* fb, float s, float* out, int64_t ldo);
 };
 const Int8Vector& int8_vector();            // the best this CPU runs
 const Int8Vector* int8_vector_avx512();     // nullptr where not built
