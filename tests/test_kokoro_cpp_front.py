@@ -174,7 +174,7 @@ def test_float_helpers_round_as_the_reference():
         assert np.array_equal(_core.kokoro_logistic(x, level), ops.sigmoid(x)), level
         assert np.array_equal(_core.kokoro_tanh(x, level), ops.tanh(x)), level
     assert not np.array_equal(np.tanh(x), ops.tanh(x))   # control: libm's tanh differs
-    for n in (128, 512, 768, 13):   # 13: a row that is not a multiple of the 8 lanes
+    for n in (128, 512, 768, 13, 5321):   # 13, 5321: rows not a multiple of the lanes
         a = (rng.standard_normal((6, n)) * 2 + 0.5).astype(np.float32)
         w = rng.standard_normal(n).astype(np.float32)
         b = rng.standard_normal(n).astype(np.float32)
