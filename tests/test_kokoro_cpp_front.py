@@ -92,7 +92,10 @@ def test_int8_kernels_sum_exactly_at_every_level():
     rng = np.random.default_rng(0)
     levels = _core.kokoro_int8_levels()
     assert levels[-1] == "generic"
-    for m, n, k in ((1, 1, 1), (3, 5, 63), (9, 13, 200), (4, 16, 2560), (2, 7, 65)):
+    # the last three reach the AMX level's tiles: full 32 x 32 steps, a padded 16-31 row tail,
+    # a single column block, and rows under 16 left to the AVX-512 kernel
+    for m, n, k in ((1, 1, 1), (3, 5, 63), (9, 13, 200), (4, 16, 2560), (2, 7, 65),
+                    (64, 64, 768), (53, 45, 300), (41, 16, 130)):
         a = rng.integers(0, 256, (m, k), dtype=np.uint8)
         b = rng.integers(-128, 128, (n, k), dtype=np.int8)
         a[0, :] = 255                      # the extremes: 255 x -128 must not saturate
@@ -171,7 +174,7 @@ def test_float_helpers_round_as_the_reference():
         assert np.array_equal(_core.kokoro_logistic(x, level), ops.sigmoid(x)), level
         assert np.array_equal(_core.kokoro_tanh(x, level), ops.tanh(x)), level
     assert not np.array_equal(np.tanh(x), ops.tanh(x))   # control: libm's tanh differs
-    for n in (128, 512, 768, 13):   # 13: a row that is not a multiple of the 8 lanes
+    for n in (128, 512, 768, 13, 5321):   # 13, 5321: rows not a multiple of the lanes
         a = (rng.standard_normal((6, n)) * 2 + 0.5).astype(np.float32)
         w = rng.standard_normal(n).astype(np.float32)
         b = rng.standard_normal(n).astype(np.float32)

@@ -123,3 +123,42 @@ def test_espeak_phonemes_from_the_packaged_library():
     assert p("   ") == ""
     numbers = p(normalize("I have 2 dogs."))
     assert "tˈuː" in numbers                                       # "two", spoken
+
+
+def _first_plan(text, first_limit, limit=MAX_PHONEMES):
+    from dasllama.text import plan
+
+    return [c.phonemes for c in plan(text, VOCAB, phonemes=True, limit=limit,
+                                     first_limit=first_limit)]
+
+
+def test_first_chunk_takes_whole_sentences_that_fit():
+    s1, s2, s3 = "ab ab.", "de de de.", "hi " * 30 + "hi."
+    got = _first_plan(f"{s1} {s2} {s3}", first_limit=20)
+    assert got == [f"{s1} {s2}", s3]
+    assert _first_plan(f"{s1} {s2} {s3}", first_limit=None) == [f"{s1} {s2} {s3}"]
+
+
+def test_first_chunk_cut_at_the_last_clause_mark_within_the_limit():
+    head = "ab ab ab ab, de de de, "                  # clause marks at 11 and 21 phonemes
+    sentence = head + "hi " * 20 + "hi."
+    got = _first_plan(f"{sentence} ok ok ok.", first_limit=25)
+    assert got[0] == "ab ab ab ab, de de de,"           # the later mark, under 25
+    assert " ".join(got) == f"{sentence} ok ok ok."
+    assert len(got) == 2 and got[1].startswith("hi hi")
+
+
+def test_first_chunk_cut_at_a_word_boundary_without_a_clause_mark():
+    sentence = "abde " * 20 + "ok."
+    got = _first_plan(f"{sentence} hi hi.", first_limit=25)
+    assert got[0] == "abde abde abde abde abde"         # 24 phonemes: the last word that fits
+    assert len(got[0]) <= 25 and " ".join(got) == f"{sentence} hi hi."
+
+
+def test_first_chunk_rule_leaves_single_sentences_and_short_tails_whole():
+    one = "abde " * 20 + "ok."                          # one sentence, one chunk: never cut
+    assert _first_plan(one, first_limit=25) == [one]
+    tail = "abde abde abde abde abde hi."               # a cut would leave under 12 phonemes
+    assert _first_plan(f"{tail} ok.", first_limit=25) == [f"{tail} ok."]
+    with pytest.raises(TTSInputError, match="first_limit"):
+        _first_plan(one, first_limit=0)

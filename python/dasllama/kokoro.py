@@ -36,9 +36,10 @@ __all__ = ["KokoroTTS", "SPEED_RANGE", "FRAME_SAMPLES", "resolve_model", "is_kok
 
 SPEED_RANGE = (0.25, 4.0)    # outside it the predicted durations collapse to 1 or explode
 FRAME_SAMPLES = 600          # samples per predicted duration frame (hop 300, upsampled x2)
-# A text's first chunk of several sentences is cut after those under this many phonemes, so a
-# stream's first audio comes after a short chunk (about 1.5 s of speech), not a full 510.
-FIRST_CHUNK_PHONEMES = 100
+# A text of several sentences or chunks starts with a chunk of at most this many phonemes
+# (dasllama.text.plan's first_limit rule: whole sentences, else a clause, else words; about
+# 1.5 s of speech), so a stream's first audio waits for a phrase's synthesis, not a sentence's.
+FIRST_CHUNK_PHONEMES = 25
 
 
 def resolve_model(name_or_path: Union[str, os.PathLike]) -> Path:

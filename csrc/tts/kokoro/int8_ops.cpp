@@ -24,6 +24,7 @@ inline float round_half_even_small(float v) { return (v + kRoundMagic) - kRoundM
 // (a pool hand-off costs a few microseconds).
 constexpr int64_t kParallelMacs = 1 << 16;
 constexpr int64_t kConvBlock = 64;   // output positions im2col'd at once per thread
+constexpr int64_t kQuantTile = 256;  // positions quantized per channel before the time-major copy
 
 std::string int_text(float v) { return std::to_string(static_cast<double>(v)); }
 
@@ -102,7 +103,9 @@ void run_gemm(const Int8Kernels& kern, const uint8_t* a, int64_t lda, const int8
 
 // ============================================================================ quantization
 
-QuantParams quant_params(const float* x, int64_t n) {
+namespace {
+
+void range_generic(const float* x, int64_t n, float& lo_out, float& hi_out, float& zero_out) {
     float lo = 0.0f, hi = 0.0f;   // the range includes 0
     // Eight running minima / maxima (vectorizable); min and max are exact in any order.
     // x * 0 is NaN exactly when x is NaN or infinite: a non-finite activation has no range.
@@ -125,6 +128,45 @@ QuantParams quant_params(const float* x, int64_t n) {
         hi = std::max(hi, x[i]);
         zero = zero + x[i] * 0.0f;
     }
+    lo_out = lo;
+    hi_out = hi;
+    zero_out = zero;
+}
+
+void quantize_generic(const float* x, int64_t n, float scale, float zp, uint8_t* q) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = round_half_even_small(x[i] / scale) + zp;
+        q[i] = static_cast<uint8_t>(std::clamp(v, 0.0f, static_cast<float>(kQuantMax)));
+    }
+}
+
+void rescale_generic(const int32_t* acc, int64_t m, int64_t n, const int32_t* col, int32_t zw,
+                     const int64_t* qsum, const double* fb, float s, float* out, int64_t ldo) {
+    for (int64_t i = 0; i < m; ++i) {
+        const uint32_t zq = uint32_t(zw) * uint32_t(int32_t(qsum[i]));
+        for (int64_t j = 0; j < n; ++j) {
+            const uint32_t u = uint32_t(acc[i * n + j]) + uint32_t(col[j]) - zq;
+            const double sum = static_cast<double>(static_cast<int32_t>(u)) + fb[j];
+            out[j * ldo + i] = static_cast<float>(sum) * s;
+        }
+    }
+}
+
+const Int8Vector kVectorGeneric{"generic", range_generic, quantize_generic, rescale_generic};
+
+}  // namespace
+
+const Int8Vector& int8_vector() {
+    static const Int8Vector* best = [] {
+        const Int8Vector* v = int8_vector_avx512();
+        return v && cpu_features().allows(v->isa) ? v : &kVectorGeneric;
+    }();
+    return *best;
+}
+
+QuantParams quant_params(const float* x, int64_t n) {
+    float lo = 0.0f, hi = 0.0f, zero = 0.0f;
+    int8_vector().range(x, n, lo, hi, zero);
     if (zero != 0.0f)
         throw ShapeError("DynamicQuantizeLinear: the activations hold NaN or infinity (" +
                          std::to_string(n) + " values)");
@@ -136,11 +178,7 @@ QuantParams quant_params(const float* x, int64_t n) {
 }
 
 void quantize(const float* x, int64_t n, const QuantParams& p, uint8_t* q) {
-    const float zp = static_cast<float>(p.zero_point);
-    for (int64_t i = 0; i < n; ++i) {
-        const float v = round_half_even_small(x[i] / p.scale) + zp;
-        q[i] = static_cast<uint8_t>(std::clamp(v, 0.0f, static_cast<float>(kQuantMax)));
-    }
+    int8_vector().quantize(x, n, p.scale, static_cast<float>(p.zero_point), q);
 }
 
 QuantParams dynamic_quantize(const float* x, int64_t n, uint8_t* q) {
@@ -173,7 +211,7 @@ const Int8Kernels kGeneric{"generic", 1, int8_pack_rows, int8_gemm_generic};
 
 std::vector<const Int8Kernels*> all_kernels() {
     std::vector<const Int8Kernels*> out;
-    for (const Int8Kernels* t : {int8_kernels_avx512(), int8_kernels_avx2()})
+    for (const Int8Kernels* t : {int8_kernels_amx(), int8_kernels_avx512(), int8_kernels_avx2()})
         if (t && cpu_features().allows(t->isa)) out.push_back(t);
     out.push_back(&kGeneric);
     return out;
@@ -202,6 +240,8 @@ std::vector<std::string> int8_kernel_levels() {
 #if !defined(__x86_64__) && !defined(_M_X64)
 const Int8Kernels* int8_kernels_avx2() { return nullptr; }
 const Int8Kernels* int8_kernels_avx512() { return nullptr; }
+const Int8Kernels* int8_kernels_amx() { return nullptr; }
+const Int8Vector* int8_vector_avx512() { return nullptr; }
 #endif
 
 // ============================================================================ QLinear
@@ -340,12 +380,22 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
     // window's im2col row is one copy per tap and its sum one addition per tap.
     const int64_t padded = n + a_.pad_left + a_.pad_right;
     std::vector<uint8_t> qt(size_t(padded * c_in_), zx);
+    const Int8Vector& vec = int8_vector();
+    const float zpf = static_cast<float>(qp.zero_point);
     parallel_rows(pool, c_in_, n, [&](int64_t c0, int64_t c1) {
-        std::vector<uint8_t> q(static_cast<size_t>(n));
-        for (int64_t ci = c0; ci < c1; ++ci) {
-            quantize(x + ci * n, n, qp, q.data());
-            uint8_t* dst = &qt[size_t(a_.pad_left * c_in_ + ci)];
-            for (int64_t t = 0; t < n; ++t) dst[t * c_in_] = q[size_t(t)];
+        // kQuantTile positions of every channel of the range at a time, then one pass that
+        // writes them time-major (rows of the tile read from L1).
+        std::vector<uint8_t> q(size_t((c1 - c0) * kQuantTile));
+        for (int64_t t0 = 0; t0 < n; t0 += kQuantTile) {
+            const int64_t nt = std::min(kQuantTile, n - t0);
+            for (int64_t ci = c0; ci < c1; ++ci)
+                vec.quantize(x + ci * n + t0, nt, qp.scale, zpf,
+                             &q[size_t((ci - c0) * kQuantTile)]);
+            for (int64_t t = 0; t < nt; ++t) {
+                uint8_t* dst = &qt[size_t((a_.pad_left + t0 + t) * c_in_)];
+                for (int64_t ci = c0; ci < c1; ++ci)
+                    dst[ci] = q[size_t((ci - c0) * kQuantTile + t)];
+            }
         }
     });
     std::vector<int64_t> gsum(size_t(padded * groups));
@@ -358,6 +408,13 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
                 gsum[size_t(p * groups + g)] = sum;
             }
     });
+    // The zero points' terms that depend on the output alone (int32 modulo 2^32, as
+    // QLinear::forward_quantized): col = K zx zw - zx sum(w).
+    std::vector<int32_t> col(static_cast<size_t>(c_out_));
+    for (int64_t r = 0; r < c_out_; ++r)
+        col[size_t(r)] = int32_t(kk * int64_t(qp.zero_point) * p_.zp[size_t(r)] -
+                                 int64_t(qp.zero_point) * p_.sums[size_t(r)]);
+    const int32_t zw = p_.zp[0];   // one per tensor (the constructor's single zp)
 
     auto work = [&](int t, int nt) {
         const int64_t blocks = (lout + kConvBlock - 1) / kConvBlock;
@@ -381,14 +438,9 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
                     sums[size_t(i)] = sum;
                 }
                 p_.kernels->gemm(a.data(), kp, p_.group(g), nl, cout_g, kp, acc.data(), cout_g);
-                for (int64_t i = 0; i < nl; ++i)
-                    for (int64_t co = 0; co < cout_g; ++co) {
-                        const int64_t r = g * cout_g + co;
-                        const int64_t v = p_.fold(acc[size_t(i * cout_g + co)], sums[size_t(i)],
-                                                  qp.zero_point, r);
-                        const double sum = static_cast<double>(v) + fb[size_t(r)];
-                        y[r * lout + l0 + i] = static_cast<float>(sum) * s;
-                    }
+                const int64_t r0 = g * cout_g;
+                vec.rescale(acc.data(), nl, cout_g, &col[size_t(r0)], zw, sums.data(),
+                            &fb[size_t(r0)], s, y + r0 * lout + l0, lout);
             }
         }
     };

@@ -12,10 +12,10 @@
 //   rescale.
 //
 // The integer sums are exact (int32: |q - zx| <= 255, |w - zw| <= 255, K < 33000), so any
-// summation order gives the reference's bits. They run as u8 x s8 -> i32 dot products (AVX-512
-// VNNI vpdpbusd, AVX2 sign-extended pmaddwd, or plain C++), picked at run time
-// (int8_kernels()), on the thread pool; the zero points are folded in afterwards from row and
-// column sums:
+// summation order gives the reference's bits. They run as u8 x s8 -> i32 dot products (AMX
+// tdpbusd tiles, AVX-512 VNNI vpdpbusd, AVX2 sign-extended pmaddwd, or plain C++), picked at
+// run time (int8_kernels()), on the thread pool; the zero points are folded in afterwards from
+// row and column sums:
 //     sum (q - zx)(w - zw) = sum q w - zw sum q - zx sum w + K zx zw.
 #pragma once
 
@@ -72,6 +72,27 @@ void int8_gemm_generic(const uint8_t* a, int64_t lda, const int8_t* b, int64_t m
                        int64_t kp, int32_t* c, int64_t ldc);
 const Int8Kernels* int8_kernels_avx2();     // nullptr where not built
 const Int8Kernels* int8_kernels_avx512();
+const Int8Kernels* int8_kernels_amx();      // tdpbusd tiles on the AVX-512 level's packing
+
+// --------------------------------------------------------------------------- element-wise
+// The quantization's passes and the convolution's rescale at one ISA level. Every level does
+// the same float32 / float64 operations per element (a division, the round-half-even add, a
+// clamp; an int32 fold, a float64 add, one rounding to float32 and a product), so the levels
+// give the same bits.
+struct Int8Vector {
+    const char* isa;
+    // lo = min(0, x), hi = max(0, x), zero = the sum of x * 0 (not 0 when x holds NaN or inf)
+    void (*range)(const float* x, int64_t n, float& lo, float& hi, float& zero);
+    // q[i] = clamp(round_half_even(x[i] / scale) + zp, 0, 255)
+    void (*quantize)(const float* x, int64_t n, float scale, float zp, uint8_t* q);
+    // out[j * ldo + i] = float(double(int32(acc[i * n + j] + col[j] - zw * qsum[i])) + fb[j])
+    // * s (modulo 2^32: the exact sum fits), for i < m, j < n: transposed, so a convolution's
+    // time-major sums land in its channel-major output.
+    void (*rescale)(const int32_t* acc, int64_t m, int64_t n, const int32_t* col, int32_t zw,
+                    const int64_t* qsum, const double* fb, float s, float* out, int64_t ldo);
+};
+const Int8Vector& int8_vector();            // the best this CPU runs
+const Int8Vector* int8_vector_avx512();     // nullptr where not built
 
 // Pads k to the packed row length.
 inline int64_t int8_padded(int64_t k) { return (k + kInt8KAlign - 1) / kInt8KAlign * kInt8KAlign; }

@@ -83,7 +83,10 @@ void tanh_generic(const float* x, int64_t n, float* out) {
     for (int64_t i = 0; i < n; ++i) out[i] = mlas_tanh(x[i]);
 }
 
-const ActivationKernels kGenericActivations{"generic", logistic_generic, tanh_generic};
+void instance_norm_generic(const float* x, int64_t c, int64_t l, float eps, float* out);
+
+const ActivationKernels kGenericActivations{"generic", logistic_generic, tanh_generic,
+                                            instance_norm_generic};
 
 }  // namespace
 
@@ -167,6 +170,12 @@ void layer_norm_lanes(const float* x, const float* weight, const float* bias, in
 }
 
 void instance_norm(const float* x, int64_t c, int64_t l, float eps, float* out) {
+    activation_kernels().instance_norm(x, c, l, eps, out);
+}
+
+namespace {
+
+void instance_norm_generic(const float* x, int64_t c, int64_t l, float eps, float* out) {
     std::vector<double> buf(static_cast<size_t>(l));
     std::vector<float> d(static_cast<size_t>(l));
     for (int64_t i = 0; i < c; ++i) {
@@ -184,6 +193,8 @@ void instance_norm(const float* x, int64_t c, int64_t l, float eps, float* out) 
         for (int64_t j = 0; j < l; ++j) o[j] = d[size_t(j)] / den;
     }
 }
+
+}  // namespace
 
 void leaky_relu(float* x, int64_t n, float slope) {
     for (int64_t i = 0; i < n; ++i)

@@ -28,6 +28,7 @@ struct ActivationKernels {
     const char* isa;
     void (*logistic)(const float* x, int64_t n, float* out);
     void (*tanh)(const float* x, int64_t n, float* out);
+    void (*instance_norm)(const float* x, int64_t c, int64_t l, float eps, float* out);
 };
 const ActivationKernels& activation_kernels();
 const ActivationKernels& activation_kernels(const char* isa);   // Error if not available

@@ -2,9 +2,11 @@
 // the scalar version's roundings: each Horner step is a double fused multiply-add of float32
 // values (their product is exact in double, so fusing in double rounds exactly as the scalar
 // form's product-then-add does) rounded back to float32; the clamps, the float32 products, the
-// division and the final add are the same single float32 operations.
+// division and the final add are the same single float32 operations. And the AdaIN instance
+// norm with the generic form's reductions and roundings.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "tts/kokoro/onnx_math.h"
@@ -63,7 +65,76 @@ void tanh_avx512(const float* x, int64_t n, float* out) {
     for (; i < n; ++i) out[i] = mlas_tanh(x[i]);
 }
 
-const ActivationKernels kAvx512{"avx512", logistic_avx512, tanh_avx512};
+// ---- the instance norm: NumPy's pairwise sums in double (pairwise_sum.h) with its eight
+// running sums as the eight lanes of one vector, over values made on the fly (x as double;
+// then (x - mean)^2 rounded to float32, as double), so no double copy of a row is kept. The
+// float32 steps are single instructions with explicit rounding, which the compiler leaves
+// unfused.
+constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+struct Values {           // double(x[i])
+    const float* x;
+    __m512d eight(int64_t i) const { return _mm512_cvtps_pd(_mm256_loadu_ps(x + i)); }
+    double one(int64_t i) const { return double(x[i]); }
+};
+
+struct Squares {          // double(float(x[i] - mean)^2)
+    const float* x;
+    float mean;
+    __m512d eight(int64_t i) const {
+        const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(mean));
+        return _mm512_cvtps_pd(_mm256_mul_ps(d, d));
+    }
+    double one(int64_t i) const {
+        const float d = x[i] - mean;
+        const float sq = d * d;
+        return double(sq);
+    }
+};
+
+template <class V>
+double pairwise(const V& v, int64_t i0, int64_t n) {
+    if (n < 8) {
+        double res = 0.0;
+        for (int64_t i = 0; i < n; ++i) res = res + v.one(i0 + i);
+        return res;
+    }
+    if (n <= 128) {   // kPairwiseBlock
+        __m512d r = v.eight(i0);
+        int64_t i = 8;
+        for (; i < n - n % 8; i += 8) r = _mm512_add_pd(r, v.eight(i0 + i));
+        alignas(64) double l[8];
+        _mm512_store_pd(l, r);
+        double res = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+        for (; i < n; ++i) res = res + v.one(i0 + i);
+        return res;
+    }
+    int64_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return pairwise(v, i0, n2) + pairwise(v, i0 + n2, n - n2);
+}
+
+void instance_norm_avx512(const float* x, int64_t c, int64_t l, float eps, float* out) {
+    for (int64_t r = 0; r < c; ++r) {
+        const float* row = x + r * l;
+        const float mean = static_cast<float>(pairwise(Values{row}, 0, l) / double(l));
+        const float var = static_cast<float>(pairwise(Squares{row, mean}, 0, l) / double(l));
+        const float den = std::sqrt(var + eps);
+        const __m512 mv = _mm512_set1_ps(mean), dv = _mm512_set1_ps(den);
+        float* o = out + r * l;
+        int64_t j = 0;
+        for (; j + 16 <= l; j += 16)
+            _mm512_storeu_ps(o + j, _mm512_div_round_ps(
+                                        _mm512_sub_round_ps(_mm512_loadu_ps(row + j), mv, kRound),
+                                        dv, kRound));
+        for (; j < l; ++j) {
+            const float d = row[j] - mean;
+            o[j] = d / den;
+        }
+    }
+}
+
+const ActivationKernels kAvx512{"avx512", logistic_avx512, tanh_avx512, instance_norm_avx512};
 
 }  // namespace
 #endif

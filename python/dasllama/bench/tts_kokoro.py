@@ -12,7 +12,8 @@ its size (``rtf_long``):
 
 Method, as the other benches: one text plan for both engines (dasllama's: KokoroTTS.plan, the
 same phoneme ids, chunks and voice rows, so the engines differ only in how they compute; a
-long text's first chunk is its first sentences, for a quick first audio), a validation run
+long text's first chunk is a phrase of at most FIRST_CHUNK_PHONEMES, by plan's first_limit
+rule, for a quick first audio), a validation run
 of each text first (the record keeps both audio lengths, whether the durations agree (equal
 lengths) and the audios' rel-l2), one warm-up request per engine, then ``reps`` timed requests
 alternating with a pause before each so the other engine's threads are idle. Both engines

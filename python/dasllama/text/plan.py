@@ -21,9 +21,13 @@ from .chunk import MAX_PHONEMES, split_phonemes, voice_row
 from .normalize import normalize
 from .phonemize import PUNCTUATION, EspeakPhonemizer, phoneme_ids
 
-__all__ = ["Chunk", "plan"]
+__all__ = ["Chunk", "FIRST_MIN_PHONEMES", "plan"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
+_CLAUSE_END = re.compile(r"[,;:—]\s+")
+# A first chunk cut inside a sentence keeps at least this many phonemes on each side of the
+# cut: under about two words the model has too little context for a piece's prosody.
+FIRST_MIN_PHONEMES = 12
 
 
 @dataclass(frozen=True)
@@ -35,31 +39,68 @@ class Chunk:
     style_row: int    # the voice pack's row for this chunk (text.chunk.voice_row)
 
 
+def _first_cut(sentence: str, first_min: int, first_limit: int) -> int:
+    """Where a first sentence longer than ``first_limit`` is cut for the first chunk: after its
+    last clause mark (, ; : —) that leaves between ``first_min`` and ``first_limit`` phonemes
+    before it, else at its last word boundary within ``first_limit``; 0 when neither leaves at
+    least ``first_min`` phonemes on each side (the sentence then stays whole)."""
+    ends = [m.end() for m in _CLAUSE_END.finditer(sentence)
+            if first_min <= len(sentence[:m.end()].rstrip()) <= first_limit]
+    if not ends:
+        ends = [m.start() for m in re.finditer(" ", sentence)
+                if first_min <= m.start() <= first_limit]
+    cut = max(ends, default=0)
+    return cut if len(sentence) - cut >= first_min else 0
+
+
+def _split_first(pieces: List[str], first_limit: int, limit: int) -> List[str]:
+    """The pieces with a short first chunk in front (plan's first_limit rule)."""
+    sentences = _SENTENCE_END.split(pieces[0])
+    if len(sentences) == 1 and len(pieces) == 1:
+        return pieces                    # one sentence, one chunk: nothing follows it
+    if len(sentences[0]) <= first_limit:  # whole sentences while they fit
+        n = 1
+        while n < len(sentences) and len(" ".join(sentences[:n + 1])) <= first_limit:
+            n += 1
+        first, rest = " ".join(sentences[:n]), sentences[n:]
+    else:
+        first_min = min(FIRST_MIN_PHONEMES, first_limit)
+        cut = _first_cut(sentences[0], first_min, first_limit)
+        if not cut:
+            return pieces
+        first = sentences[0][:cut].rstrip()
+        rest = [sentences[0][cut:].lstrip()] + sentences[1:]
+    return [first] + split_phonemes(" ".join(rest + pieces[1:]), limit)
+
+
 def plan(text: str, vocab: Mapping[str, int], *, language: str = "en-us",
          phonemes: bool = False, limit: int = MAX_PHONEMES,
          voice_rows: int = MAX_PHONEMES, first_limit: Optional[int] = None) -> List[Chunk]:
-    """The chunks of ``text`` (or of a phoneme string with ``phonemes=True``). first_limit:
-    when the first chunk holds several sentences and is longer than this, it is cut after
-    the sentences that fit (at least one), so a stream's first audio comes after a short
-    chunk; the rest is cut under ``limit`` as before. Raises TTSInputError for empty text and for
-    text with nothing the model can speak."""
+    """The chunks of ``text`` (or of a phoneme string with ``phonemes=True``).
+
+    first_limit: a short first chunk, so a stream's first audio comes after little work. It
+    applies to a text of several sentences or chunks whose first chunk is longer than
+    ``first_limit`` phonemes: the first chunk becomes the whole first sentences that fit in
+    ``first_limit``; or, when the first sentence alone is longer, its head up to its last
+    clause mark (, ; : —) within ``first_limit`` that leaves at least FIRST_MIN_PHONEMES before
+    and after the cut, else up to its last word boundary within ``first_limit`` (the same
+    minimum), else the sentence stays whole. A single sentence that fits one chunk is never cut
+    (all of it is the first audio then). The rest is cut under ``limit`` as without it.
+    Raises TTSInputError for empty text and for text with nothing the model can speak."""
     if not isinstance(text, str):
         raise TTSInputError(f"text must be a string, got {type(text).__name__}")
     if not text.strip():
         raise TTSInputError("the text is empty")
+    if first_limit is not None and first_limit < 1:
+        raise TTSInputError(f"first_limit must be a positive number of phonemes, got "
+                            f"{first_limit!r}")
     if phonemes:
         symbols = "".join(c for c in text if c in vocab)
     else:
         symbols = EspeakPhonemizer(language, vocab)(normalize(text))
     pieces = split_phonemes(symbols, limit)
     if first_limit is not None and pieces and len(pieces[0]) > first_limit:
-        sentences = _SENTENCE_END.split(pieces[0])
-        if len(sentences) > 1:           # one sentence stays whole: cutting it costs prosody
-            n = 1
-            while n < len(sentences) and len(" ".join(sentences[:n + 1])) <= first_limit:
-                n += 1
-            rest = " ".join(sentences[n:] + pieces[1:])
-            pieces = [" ".join(sentences[:n])] + split_phonemes(rest, limit)
+        pieces = _split_first(pieces, first_limit, limit)
     chunks = []
     for piece in pieces:
         ids = phoneme_ids(piece, vocab)
