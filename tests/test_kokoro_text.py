@@ -135,7 +135,7 @@ def _first_plan(text, first_limit, limit=MAX_PHONEMES):
 def test_first_chunk_takes_whole_sentences_that_fit():
     s1, s2, s3 = "ab ab.", "de de de.", "hi " * 30 + "hi."
     got = _first_plan(f"{s1} {s2} {s3}", first_limit=20)
-    assert got == [f"{s1} {s2}", s3]
+    assert got[0] == f"{s1} {s2}" and " ".join(got[1:]) == s3   # s3 ramps up after it
     assert _first_plan(f"{s1} {s2} {s3}", first_limit=None) == [f"{s1} {s2} {s3}"]
 
 
@@ -145,7 +145,26 @@ def test_first_chunk_cut_at_the_last_clause_mark_within_the_limit():
     got = _first_plan(f"{sentence} ok ok ok.", first_limit=25)
     assert got[0] == "ab ab ab ab, de de de,"           # the later mark, under 25
     assert " ".join(got) == f"{sentence} ok ok ok."
-    assert len(got) == 2 and got[1].startswith("hi hi")
+    assert got[1].startswith("hi hi") and got[-1].endswith("ok ok ok.")
+
+
+def test_chunks_after_a_short_first_one_grow_by_the_ramp_up_to_the_limit():
+    from dasllama.text.plan import CHUNK_RAMP
+
+    sentences = ["abde " * k + "ok." for k in (3, 9, 14, 20, 30, 12, 25, 40, 8, 33)] * 4
+    text = " ".join(sentences)
+    got = _first_plan(text, first_limit=25, limit=200)
+    assert len(got[0]) <= 25 and " ".join(got) == text          # nothing lost or repeated
+    lengths = [len(c) for c in got]
+    ramp = lengths[:next(i for i, n in enumerate(lengths) if n > 150) + 1]
+    for before, after in zip(ramp, ramp[1:]):
+        assert after <= CHUNK_RAMP * before                      # ready before `before` ends
+    for k in range(1, len(lengths)):   # and for the whole stream: made before the audio runs out
+        assert sum(lengths[1:k + 1]) <= CHUNK_RAMP * sum(lengths[:k])
+    assert max(len(c) for c in got) > 150 and all(len(c) <= 200 for c in got)
+    # without a short first chunk nothing ramps: the chunks are the limit's from the start
+    plain = _first_plan(text, first_limit=None, limit=200)
+    assert len(plain[0]) > 100 and " ".join(plain) == text
 
 
 def test_first_chunk_cut_at_a_word_boundary_without_a_clause_mark():

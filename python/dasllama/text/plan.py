@@ -21,13 +21,17 @@ from .chunk import MAX_PHONEMES, split_phonemes, voice_row
 from .normalize import normalize
 from .phonemize import PUNCTUATION, EspeakPhonemizer, phoneme_ids
 
-__all__ = ["Chunk", "FIRST_MIN_PHONEMES", "plan"]
+__all__ = ["Chunk", "CHUNK_RAMP", "FIRST_MIN_PHONEMES", "plan"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
 _CLAUSE_END = re.compile(r"[,;:—]\s+")
 # A first chunk cut inside a sentence keeps at least this many phonemes on each side of the
 # cut: under about two words the model has too little context for a piece's prosody.
 FIRST_MIN_PHONEMES = 12
+# After a short first chunk, each chunk is at most this many times as long as the one before
+# it (up to the model's limit): a model speaking at least this many times faster than real
+# time has the next chunk ready before the one playing ends, so a stream does not stall.
+CHUNK_RAMP = 3
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,25 @@ def _split_first(pieces: List[str], first_limit: int, limit: int) -> List[str]:
             return pieces
         first = sentences[0][:cut].rstrip()
         rest = [sentences[0][cut:].lstrip()] + sentences[1:]
-    return [first] + split_phonemes(" ".join(rest + pieces[1:]), limit)
+    return [first] + _ramped(" ".join(rest + pieces[1:]), len(first), limit)
+
+
+def _ramped(text: str, previous: int, limit: int) -> List[str]:
+    """``text`` cut as split_phonemes cuts it, each chunk at most CHUNK_RAMP times as long as
+    the one before it (``previous`` phonemes) until the cap reaches ``limit``."""
+    out: List[str] = []
+    text = re.sub(r"\s+", " ", text).strip()
+    while text:
+        cap = min(limit, CHUNK_RAMP * max(previous, 1))
+        pieces = split_phonemes(text, cap)
+        if cap == limit or len(pieces) == 1:
+            return out + pieces
+        out.append(pieces[0])
+        previous = len(pieces[0])
+        # the rest as it stands in the text (a word cut inside stays one word when re-cut)
+        text = (text[previous:].lstrip() if text.startswith(pieces[0])
+                else " ".join(pieces[1:]))
+    return out
 
 
 def plan(text: str, vocab: Mapping[str, int], *, language: str = "en-us",
@@ -85,7 +107,9 @@ def plan(text: str, vocab: Mapping[str, int], *, language: str = "en-us",
     clause mark (, ; : —) within ``first_limit`` that leaves at least FIRST_MIN_PHONEMES before
     and after the cut, else up to its last word boundary within ``first_limit`` (the same
     minimum), else the sentence stays whole. A single sentence that fits one chunk is never cut
-    (all of it is the first audio then). The rest is cut under ``limit`` as without it.
+    (all of it is the first audio then). The rest is cut as without it, but each chunk at most
+    CHUNK_RAMP times as long as the one before it until that reaches ``limit``, so the next
+    chunk is ready before the one playing ends.
     Raises TTSInputError for empty text and for text with nothing the model can speak."""
     if not isinstance(text, str):
         raise TTSInputError(f"text must be a string, got {type(text).__name__}")
