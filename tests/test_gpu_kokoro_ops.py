@@ -171,11 +171,16 @@ CONV_CASES = {
     "depthwise": (8, 8, 50, 5, 1, 1, 2, 2, 8, 1, 0.2),
     "grouped-up2": (6, 4, 33, 1, 1, 1, 0, 0, 2, 2, None),      # conv1x1 of an upsampled input
     "leaky": (16, 22, 70, 7, 1, 1, 3, 3, 1, 1, 0.01),          # conv_post
+    "up2": (6, 5, 33, 1, 1, 1, 0, 0, 1, 2, None),              # conv1x1 of an upsampled input
+    "tiles": (20, 40, 150, 11, 1, 5, 25, 25, 1, 1, None),      # 2 x 3 tiles, a partial channel chunk
 }
+# The tiled stamp serves dense convolutions (groups 1) of up to 12 taps.
+TILED_CASES = sorted(n for n, c in CONV_CASES.items() if c[8] == 1 and c[3] <= 12)
 
 
-@pytest.mark.parametrize("name", sorted(CONV_CASES))
-def test_conv1d_matches_float64(gpu, name):  # noqa: F811
+@pytest.mark.parametrize("stamp,name", [("conv1d", n) for n in sorted(CONV_CASES)] +
+                         [("conv1d_tiled", n) for n in TILED_CASES])
+def test_conv1d_matches_float64(gpu, stamp, name):  # noqa: F811
     c_in, c_out, l, k, stride, dil, pl, pr, groups, in_up, slope = CONV_CASES[name]
     rng = _rng(f"conv1d {name}")
     x_off, y_off = 2, PAD
@@ -188,16 +193,18 @@ def test_conv1d_matches_float64(gpu, name):  # noqa: F811
     l_out = ref.shape[1]
     args = pack_args("IIIIIIIIIIIIIfIfI", c_in, c_out, l, l_out, k, stride, dil, pl, groups,
                      x_off, y_off, 1, 0 if slope is None else 1, slope or 1.0, 0, 1.0, in_up)
-    out = gpu.run("conv1d", [x, w, b, nan_filled(y_off + c_out * l_out + PAD)], args, (2, 1, 1))
+    groups_ = (2, 1, 1) if stamp == "conv1d" else (-(-l_out // 64), -(-c_out // 32), 1)
+    out = gpu.run(stamp, [x, w, b, nan_filled(y_off + c_out * l_out + PAD)], args, groups_)
     got = _window(out[3], y_off, c_out * l_out).reshape(c_out, l_out)
     # Control: the taps in reverse order (a 1-tap kernel: the group's input channels reversed).
     wc = w[:, :, ::-1] if k > 1 else w[:, ::-1, :]
     ctrl = _conv_ref(xs, wc, b, stride, dil, pl, pr, groups, in_up, slope)
-    _report(f"conv1d {name}", rel_l2(got, ref), CONV_BAR, rel_l2(got, ctrl))
+    _report(f"{stamp} {name}", rel_l2(got, ref), CONV_BAR, rel_l2(got, ctrl))
 
 
+@pytest.mark.parametrize("stamp", ["conv1d", "conv1d_tiled"])
 @pytest.mark.parametrize("mode", [1, 2], ids=["add", "add-divide"])
-def test_conv1d_output_modes(gpu, mode):  # noqa: F811
+def test_conv1d_output_modes(gpu, mode, stamp):  # noqa: F811
     """mode 1: y = conv + y (a residual); mode 2: y = (conv + y) / div (a block's shortcut)."""
     rng = _rng(f"conv1d mode {mode}")
     c_in, c_out, l, k = 5, 6, 40, 3
@@ -207,13 +214,13 @@ def test_conv1d_output_modes(gpu, mode):  # noqa: F811
     div = 1.4142135381698608
     args = pack_args("IIIIIIIIIIIIIfIfI", c_in, c_out, l, l, k, 1, 1, 1, 1, 0, 0, 0, 0, 1.0,
                      mode, div, 1)
-    out = gpu.run("conv1d", [x, w, np.zeros(1, np.float32), y0.copy()], args, (1, 1, 1))
+    out = gpu.run(stamp, [x, w, np.zeros(1, np.float32), y0.copy()], args, (1, 1, 1))
     got = np.asarray(out[3], np.float32).reshape(c_out, l)
     conv = _conv_ref(x.reshape(c_in, l), w, None, 1, 1, 1, 1, 1)
     base = y0.reshape(c_out, l).astype(np.float64)
     ref = conv + base if mode == 1 else (conv + base) / div
     ctrl = conv if mode == 1 else conv + base   # the residual dropped / not divided
-    _report(f"conv1d mode {mode}", rel_l2(got, ref), CONV_BAR, rel_l2(got, ctrl))
+    _report(f"{stamp} mode {mode}", rel_l2(got, ref), CONV_BAR, rel_l2(got, ctrl))
 
 
 # --- conv_tr1d ---------------------------------------------------------------------------------

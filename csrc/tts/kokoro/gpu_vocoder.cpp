@@ -24,6 +24,16 @@ constexpr float kSqrt2 = 1.4142135381698608f;   // residual blocks divide by thi
 enum : uint32_t { kStore = 0, kAdd = 1, kAddDivide = 2 };
 enum : uint32_t { kActNone = 0, kActLeaky = 1, kActSnake = 2 };
 
+// conv1d_tiled's tile and limits (shaders/kernels/conv1d.gk.h: GK_CONV_TO, _TT, _KMAX, _WMAX).
+constexpr int64_t kTileChannels = 32, kTileColumns = 64, kTileMaxTaps = 12, kTileMaxWindow = 512;
+
+// Whether the tiled stamp covers a convolution: dense, its taps and input window in the tile's
+// workgroup memory.
+bool conv1d_tiled_fits(const DevConv& c) {
+    const int64_t window = (kTileColumns - 1) * c.a.stride + (c.k - 1) * c.a.dilation + 1;
+    return c.a.groups == 1 && c.k <= kTileMaxTaps && window <= kTileMaxWindow;
+}
+
 uint32_t u32(int64_t v) { return uint32_t(v); }
 uint32_t grid(int64_t items) { return gpu::stride_groups(items, kStrideGroup); }
 
@@ -48,10 +58,15 @@ struct VocoderGpu::Impl {
 
     int64_t tail_rows() const { return v.asr_res.c_out + v.f0_conv.c_out + v.n_conv.c_out; }
 
+    // Room for calls of up to `frames` frames: a power of two of them (64 at least) so that
+    // growing calls reallocate rarely, or exactly `frames` where the rounded size would not fit
+    // the device's binding range.
     void reserve(int64_t frames) {
         if (frames <= capacity) return;
         int64_t f = 64;
         while (f < frames) f *= 2;
+        if (!gpu_vocoder_unfit(v.dims, f, dev->info().max_storage_range).empty()) f = frames;
+        capacity = 0;   // until every buffer below is had
         const VocoderGpuDims& d = v.dims;
         const int64_t curve = 2 * f, samples = curve * v.upsample;
         const int64_t sf = samples / v.hop + 1;
@@ -108,8 +123,13 @@ struct VocoderGpu::Impl {
         a.out_mode = mode;
         a.div = kSqrt2;
         a.in_up = u32(in_up);
-        e.dispatch(gpu::require_stamp("conv1d"), {&x, c.w.get(), bias_of(c), &out}, a,
-                   grid(c.c_out * l_out));
+        if (conv1d_tiled_fits(c))
+            e.dispatch(gpu::require_stamp("conv1d_tiled"), {&x, c.w.get(), bias_of(c), &out}, a,
+                       u32((l_out + kTileColumns - 1) / kTileColumns),
+                       u32((c.c_out + kTileChannels - 1) / kTileChannels));
+        else
+            e.dispatch(gpu::require_stamp("conv1d"), {&x, c.w.get(), bias_of(c), &out}, a,
+                       grid(c.c_out * l_out));
         ++dispatches;
         return l_out;
     }
@@ -373,18 +393,19 @@ bool VocoderGpu::admit(int64_t frames, bool plain) {
         decline(gpu::Decline::shape, why);
         return false;
     }
+    try {
+        p_->reserve(frames);
+    } catch (const DeviceError& e) {
+        decline(gpu::Decline::memory, e.what());
+        return false;
+    }
     return true;
 }
 
 void VocoderGpu::run(const float* asr, int64_t frames, const float* f0, const float* n,
                      const float* style, std::vector<float>& audio) {
     Impl& p = *p_;
-    try {
-        p.reserve(frames);
-    } catch (const DeviceError&) {
-        p.capacity = 0;
-        throw;
-    }
+    p.reserve(frames);   // admit reserved it: a no-op unless the caller skipped admit
     const int64_t curve = 2 * frames;
     gpu::Device& dev = *p.dev;
     const size_t fb = sizeof(float);

@@ -13,8 +13,8 @@
 // A call declines (and the CPU chain serves it) when the seat is off (knob: DASLLAMA_SEAT_VOCODER=0
 // or set_enabled), when the weights or the call need what the kernels do not cover (shape:
 // SineGen's noise, a peer's source spectrum, buffers past the device's binding range; the rule is
-// gpu_admission.h's), when the weights could not be uploaded (memory), or when the device fails
-// mid-call (gpu_error). last_reason() says why in words.
+// gpu_admission.h's), when the weights or a call's buffers could not be had (memory), or when
+// the device fails mid-call (gpu_error). last_reason() says why in words.
 #pragma once
 
 #include <cstdint>
