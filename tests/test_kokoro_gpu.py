@@ -177,3 +177,18 @@ def test_tts_device_argument(real_model):
         raise
     assert tts.device == SPEC
     assert tts.model.seat_stats()["vocoder"]["served"] == 0
+
+
+def test_env_knob_turns_the_seat_off(models, real_model, monkeypatch):
+    """DASLLAMA_SEAT_VOCODER=0 at construction: every call declines with `knob`."""
+    from dasllama import _core
+    from dasllama.kokoro import resolve_model
+
+    cpu, _, ids, style, durations, _ = models
+    monkeypatch.setenv("DASLLAMA_SEAT_VOCODER", "0")
+    off = _core.KokoroModel(str(resolve_model(real_model("kokoro"))), 1, SPEC)
+    out = off.synthesize(ids, style, 1.0, durations=durations)
+    st = off.seat_stats()["vocoder"]
+    assert st["served"] == 0 and st["declined"]["knob"] == 1
+    assert np.array_equal(out["audio"], cpu.synthesize(ids, style, 1.0,
+                                                       durations=durations)["audio"])
