@@ -6,6 +6,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +14,8 @@
 
 #include "bindings/bindings.h"
 #include "core/errors.h"
+#include "tts/kokoro/gpu_admission.h"
+#include "tts/kokoro/gpu_vocoder.h"
 #include "tts/kokoro/int8_ops.h"
 #include "tts/kokoro/kokoro_model.h"
 #include "tts/kokoro/onnx_math.h"
@@ -162,11 +165,38 @@ void bind_kokoro(py::module_& m) {
 
     py::class_<KokoroModel, std::shared_ptr<KokoroModel>>(m, "KokoroModel",
         "Kokoro / Kitten TTS (converted GGUF) on the CPU, stage by stage.")
-        .def(py::init([](const std::string& path, int n_threads) {
+        .def(py::init([](const std::string& path, int n_threads, const std::string& device) {
                  py::gil_scoped_release nogil;
-                 return std::make_shared<KokoroModel>(path, n_threads);
+                 return std::make_shared<KokoroModel>(path, n_threads, device);
              }),
-             py::arg("path"), py::arg("n_threads") = 0)
+             py::arg("path"), py::arg("n_threads") = 0, py::arg("device") = "cpu",
+             "device: cpu, or vulkan|vulkan:N|vulkan:NAME (the decoder and generator on the "
+             "GPU: the vocoder seat; the predictor stays on the CPU).")
+        .def_property_readonly("device_name", [](const KokoroModel& k) {
+            return k.gpu() ? k.gpu()->device_name() : std::string("cpu");
+        })
+        .def("seat_stats", [](const KokoroModel& k) {
+            std::map<std::string, gpu::SeatStats> seats;
+            if (k.gpu()) seats["vocoder"] = k.gpu()->stats();
+            py::dict out = seat_stats_dict(seats);
+            if (k.gpu()) {
+                py::dict v = out["vocoder"];
+                v["bytes_up"] = k.gpu()->bytes_up();
+                v["bytes_down"] = k.gpu()->bytes_down();
+                v["weight_bytes"] = k.gpu()->weight_bytes();
+                v["reason"] = k.gpu()->last_reason();
+            }
+            return out;
+        }, "{'vocoder': served, declined by reason, dispatches, uploads, bytes_up, bytes_down, "
+           "weight_bytes, reason (why the last call declined, '' when it was served)} on a GPU; "
+           "{} on the CPU.")
+        .def("set_seat_enabled", [](KokoroModel& k, const std::string& seat, bool on) {
+            if (!k.gpu() || seat != "vocoder")
+                throw std::invalid_argument("no seat '" + seat + "' on this model (seats: "
+                                            "vocoder on a GPU device, none on the CPU)");
+            k.gpu()->set_enabled(on);
+        }, py::arg("seat"), py::arg("on"),
+           "Turns the vocoder seat on or off; a seat that is off declines with reason 'knob'.")
         .def_property_readonly("config", [](const KokoroModel& k) {
             const kokoro::KokoroConfig& c = k.config();
             py::dict d;
@@ -531,6 +561,24 @@ void bind_kokoro(py::module_& m) {
            "durations / d_en / har: a peer's, to compare from the same point. noise_seed: "
            "SineGen's seeded noise (None: the exported graph's deterministic form).")
         ;
+    m.def("kokoro_gpu_unfit", [](const py::dict& d, int64_t frames, uint64_t max_binding_bytes) {
+        auto get = [&](const char* key) { return d[key].cast<int64_t>(); };
+        kokoro::VocoderGpuDims v;
+        v.decoder_rows = get("decoder_rows");
+        v.decoder_out = get("decoder_out");
+        v.stage_channels = d["stage_channels"].cast<std::vector<int64_t>>();
+        v.stage_strides = d["stage_strides"].cast<std::vector<int64_t>>();
+        v.resblocks = get("resblocks");
+        v.bins = get("bins");
+        v.hop = get("hop");
+        v.harmonics = get("harmonics");
+        v.upsample = get("upsample");
+        v.largest_weight = get("largest_weight");
+        return kokoro::gpu_vocoder_unfit(v, frames, max_binding_bytes);
+    }, py::arg("dims"), py::arg("frames"), py::arg("max_binding_bytes"),
+       "The vocoder seat's admission rule (csrc/tts/kokoro/gpu_admission.h): '' when a call of "
+       "`frames` frames fits, else why not. dims: decoder_rows, decoder_out, stage_channels, "
+       "stage_strides, resblocks, bins, hop, harmonics, upsample, largest_weight.");
     m.def("conv_transpose1d", [](const FloatArray& x, const FloatArray& w,
                                  std::optional<FloatArray> bias, int64_t stride, int64_t pad_left,
                                  int64_t pad_right, int64_t dilation, int64_t groups,

@@ -83,17 +83,20 @@ def is_kokoro(name_or_path: Union[str, os.PathLike]) -> bool:
 
 
 class KokoroTTS:
-    """A Kokoro or Kitten model on the CPU.
+    """A Kokoro or Kitten model on the CPU, or with its decoder and generator on a GPU.
 
     model: a .gguf from ``dasllama convert kokoro``, a model folder, or a packaged name.
-    n_threads: 0 uses the physical cores. language: the espeak-ng voice for text
+    device: "cpu", or "vulkan" / "vulkan:N" / "vulkan:NAME" / "metal": the decoder and generator
+    run there (the vocoder seat: ``stats["seats"]``), the predictor on the CPU; a call the seat
+    declines runs on the CPU. n_threads: 0 uses the physical cores. language: the espeak-ng voice for text
     ("en-us" or "en-gb")."""
 
     def __init__(self, model: Union[str, os.PathLike], device: Optional[str] = "cpu",
                  n_threads: int = 0, language: str = "en-us", *, _chain=None):
-        if device not in (None, "cpu"):
-            raise TTSInputError(f"device {device!r}: this version runs Kokoro on the CPU "
-                                "(device='cpu')")
+        device = "cpu" if device is None else str(device)
+        if device != "cpu" and not device.startswith(("vulkan", "metal")):
+            raise TTSInputError(f"device {device!r}: Kokoro runs on 'cpu' or a GPU "
+                                "('vulkan', 'vulkan:N', 'vulkan:NAME', 'metal')")
         if not hasattr(_core, "KokoroModel") and _chain is None:
             raise TTSInputError("this build of dasllama has no Kokoro chain")
         self.path = resolve_model(model)
@@ -118,9 +121,13 @@ class KokoroTTS:
         from .text.phonemize import EspeakPhonemizer
 
         self._phonemizer = EspeakPhonemizer(language, self.vocab)
-        self.model = _chain if _chain is not None else _core.KokoroModel(str(self.path),
-                                                                         int(n_threads))
-        self.device = "cpu"
+        if _chain is not None:
+            self.model = _chain
+        elif device == "cpu":
+            self.model = _core.KokoroModel(str(self.path), int(n_threads))
+        else:   # the decoder and generator on the GPU (the vocoder seat), the predictor here
+            self.model = _core.KokoroModel(str(self.path), int(n_threads), device)
+        self.device = device
         self.stats: dict = {}
 
     # ------------------------------------------------------------------ lifetime
@@ -205,6 +212,9 @@ class KokoroTTS:
                                          [c.phonemes for c in chunks], stats["durations"],
                                          FRAME_SAMPLES / self.sample_rate)
         stats["wall_seconds"] = time.perf_counter() - start
+        seat_stats = getattr(self.model, "seat_stats", None)
+        if seat_stats is not None and self.device != "cpu":
+            stats["seats"] = seat_stats()
 
     def speak(self, text: str, voice: Optional[Voice] = None, speed: float = 1.0,
               **options) -> tuple:

@@ -2,15 +2,18 @@
 #include "tts/kokoro/no_contract.h"
 
 #include "core/thread_pool.h"
+#include "tts/kokoro/gpu_vocoder.h"
 
 namespace dasllama::kokoro {
 
-KokoroModel::KokoroModel(const std::string& path, int n_threads)
+KokoroModel::KokoroModel(const std::string& path, int n_threads, const std::string& device)
     : weights_(std::make_shared<KokoroWeights>(path)),
       pool_(std::make_unique<ThreadPool>(n_threads)),
       albert_(Albert::load(*weights_)),
       prosody_(Prosody::load(*weights_)),
-      text_encoder_(TextEncoder::load(*weights_)) {}
+      text_encoder_(TextEncoder::load(*weights_)) {
+    if (device != "cpu") gpu_ = std::make_unique<VocoderGpu>(*weights_, device);
+}
 
 KokoroModel::~KokoroModel() = default;
 

@@ -2,6 +2,9 @@
 // This file runs stages 1-5 (ALBERT, duration encoder, durations and alignment, F0 / energy,
 // text encoder); the decoder and generator are their own files and take the prediction below.
 //
+// On a GPU device (device = "vulkan", "vulkan:N", "vulkan:NAME", "metal") the decoder and
+// generator are the vocoder seat (gpu_vocoder.h): stages 1-5 stay here on the CPU.
+//
 // predict(ids, style, speed) adds the boundary id before and after the phonemes, as the
 // reference's synthesize does; the stage methods take ids as given. Not thread-safe: one call
 // at a time per model (the stages share the pool).
@@ -36,10 +39,14 @@ struct KokoroPrediction {
     std::vector<float> f0, n;          // [2F] each
 };
 
+class VocoderGpu;
+
 class KokoroModel {
 public:
-    // n_threads <= 0: one per physical core.
-    explicit KokoroModel(const std::string& path, int n_threads = 0);
+    // n_threads <= 0: one per physical core. device: "cpu", or a GPU spec for gpu::open_device;
+    // an unknown or missing device throws DeviceError naming the devices there are.
+    explicit KokoroModel(const std::string& path, int n_threads = 0,
+                         const std::string& device = "cpu");
     ~KokoroModel();
     KokoroModel(const KokoroModel&) = delete;
     KokoroModel& operator=(const KokoroModel&) = delete;
@@ -52,6 +59,8 @@ public:
     const Albert& albert() const { return albert_; }
     const Prosody& prosody() const { return prosody_; }
     const TextEncoder& text_encoder() const { return text_encoder_; }
+    // The vocoder seat, nullptr on the CPU. Calls go one at a time, as for the whole model.
+    VocoderGpu* gpu() const { return gpu_.get(); }
 
     // phoneme ids (no boundaries), style row [style_width], speed > 0 -> stages 1-5.
     // durations (optional, with boundaries): use these frames instead of the predicted ones
@@ -66,6 +75,7 @@ private:
     Albert albert_;
     Prosody prosody_;
     TextEncoder text_encoder_;
+    std::unique_ptr<VocoderGpu> gpu_;
 };
 
 }  // namespace dasllama::kokoro

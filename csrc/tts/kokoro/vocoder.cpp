@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/thread_pool.h"
+#include "tts/kokoro/gpu_vocoder.h"
 
 namespace dasllama::kokoro {
 
@@ -79,6 +80,18 @@ KokoroAudio synthesize(const KokoroModel& model, const std::vector<int64_t>& pho
                          std::to_string(2 * g.bins()) + ", " +
                          std::to_string(g.spectrum_frames(2 * p.frames)) + "] for " +
                          std::to_string(p.frames) + " frames");
+    // The vocoder seat first (a GPU model); a decline or a device failure leaves the call to
+    // the CPU with nothing lost (the prediction is the CPU's either way).
+    if (VocoderGpu* gpu = model.gpu()) {
+        if (gpu->admit(p.frames, har == nullptr && !noise.enabled)) {
+            try {
+                gpu->run(p.asr.data(), p.frames, p.f0.data(), p.n.data(), style, out.audio);
+                return out;
+            } catch (const DeviceError& e) {
+                gpu->decline(gpu::Decline::gpu_error, e.what());
+            }
+        }
+    }
     v->run(p.asr.data(), p.frames, p.f0.data(), p.n.data(), style, out.audio, model.pool(),
            har ? har->data() : nullptr, noise);
     return out;

@@ -298,8 +298,6 @@ def _run_tts_kokoro(args) -> int:
     engines = {"both": ("dasllama", tts_kokoro.PEER)}.get(args.engine, (args.engine,))
     if "pocket-tts" in engines:
         raise llm.BenchError("--engine pocket-tts is Pocket's peer; Kokoro's is kokoro-onnx")
-    if llm.backend_of(args.device) != "cpu":
-        raise llm.BenchError(f"--device {args.device}: Kokoro runs on the CPU in this version")
     threads = args.threads or _default_threads()
     sizes = tuple(x for x in (args.sizes or ",".join(tts_kokoro.TEXTS)).split(",") if x)
 
@@ -307,7 +305,7 @@ def _run_tts_kokoro(args) -> int:
         return tts_kokoro.benchmark(args.model, threads=threads, reps=args.reps,
                                     voice=args.voice or "jf_alpha", pause=args.pause,
                                     engines=engines, sizes=sizes, on_event=on_event,
-                                    on_rows=on_rows)
+                                    on_rows=on_rows, device=args.device)
     return _report(*record_run(run, out=args.out, quiet=args.quiet), args)
 
 

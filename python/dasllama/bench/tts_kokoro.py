@@ -129,8 +129,10 @@ def _rows(engine, model: dict, size: str, text: str, reqs, rate: int) -> list:
 def benchmark(model: str = "kokoro", *, threads: int, reps: int, voice: str = "jf_alpha",
               pause: float = 0.1, engines=("dasllama", PEER), sizes=tuple(TEXTS),
               on_event: Callable = lambda *a, **k: None,
-              on_rows: Callable = lambda result: None) -> dict:
-    """Both engines over TEXTS; the record's result part (config, engines, rows, validation)."""
+              on_rows: Callable = lambda result: None, device: str = "cpu") -> dict:
+    """Both engines over TEXTS; the record's result part (config, engines, rows, validation).
+    device: where dasllama's decoder and generator run (a GPU spec: the vocoder seat, the
+    predictor on the CPU); onnxruntime runs on the CPU."""
     import onnxruntime as ort
 
     from ..kokoro import KokoroTTS
@@ -143,7 +145,7 @@ def benchmark(model: str = "kokoro", *, threads: int, reps: int, voice: str = "j
     if bad or not sizes:
         raise BenchError(f"text sizes {bad or list(sizes)!r}: choose from {', '.join(TEXTS)}")
     onnx, gguf, vocab, packs = kokoro_files(model)
-    tts = KokoroTTS(gguf, n_threads=threads)
+    tts = KokoroTTS(gguf, n_threads=threads, device=device)
     if voice not in tts.voices:
         raise BenchError(f"voice {voice!r} is not in the model's packs; accepted: "
                          f"{', '.join(tts.voices)}")
@@ -157,7 +159,7 @@ def benchmark(model: str = "kokoro", *, threads: int, reps: int, voice: str = "j
     running = [opened[e]() for e in engines]
     info = {"file": onnx.name, "sha256": file_sha256(onnx), "voice": voice}
     result = {"config": {"reps": reps, "threads": threads, "warmup": 1, "alternate": True,
-                         "pause_s": pause, "voice": voice, "speed": 1.0, "device": "cpu",
+                         "pause_s": pause, "voice": voice, "speed": 1.0, "device": device,
                          "texts": {z: TEXTS[z] for z in sizes},
                          "phonemizer": "espeak-ng en-us"},
               "engines": {e.name: {"version": e.version} for e in running},
