@@ -54,6 +54,15 @@ Forward::Forward(const ModelConfig& cfg, const ModelWeights& w, int64_t max_batc
     }
 }
 
+int64_t Forward::scratch_bytes() const {
+    auto f = [](const auto& v) { return int64_t(v.capacity() * sizeof(v[0])); };
+    int64_t n = f(x_) + f(xn_) + f(q_) + f(k_) + f(v_) + f(attn_) + f(out_) + f(gate_) + f(up_) +
+                f(router_) + f(expert_tokens_) + f(expert_weights_) + f(expert_count_) +
+                f(gathered_) + f(expert_out_);
+    for (const RopeTable& r : ropes_) n += f(r.cos) + f(r.sin);
+    return n;
+}
+
 const Forward::RopeTable& Forward::rope_for(const LayerConfig& lc) const {
     for (const RopeTable& r : ropes_)
         if (r.base == lc.rope_base && r.scale == lc.rope_scale) return r;

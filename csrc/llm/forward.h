@@ -58,6 +58,9 @@ public:
                     cpu::Precision precision, float* hidden);
 
     int64_t max_batch() const { return max_batch_; }
+    // Bytes of the per-row working memory allocated at construction for max_batch rows (the
+    // activations, rope tables and MoE routing; the attention's per-thread scratch is apart).
+    int64_t scratch_bytes() const;
 
 private:
     struct RopeTable {

@@ -169,21 +169,23 @@ double Sampler::weights(const std::vector<Candidate>& cand, std::vector<double>&
     return total;
 }
 
-int32_t Sampler::sample(const float* logits, size_t n) {
-    filter(logits, n, cand_);
-    if (cand_.size() == 1) return cand_[0].id;
-    const double total = weights(cand_, weights_);
+int32_t Sampler::sample(const float* logits, size_t n, Scratch& scratch) {
+    std::vector<Candidate>& cand = scratch.cand;
+    std::vector<double>& w = scratch.weights;
+    filter(logits, n, cand);
+    if (cand.size() == 1) return cand[0].id;
+    const double total = weights(cand, w);
     // 7. draw: the first candidate whose cumulative weight exceeds u * total.
     const double u = uniform() * total;
     double cum = 0.0;
-    for (size_t i = 0; i < cand_.size(); ++i) {
-        cum += weights_[i];
-        if (cum > u) return cand_[i].id;
+    for (size_t i = 0; i < cand.size(); ++i) {
+        cum += w[i];
+        if (cum > u) return cand[i].id;
     }
     // Rounding can leave u a hair above the last cumulative sum: take the last with weight.
-    for (size_t i = cand_.size(); i-- > 0;)
-        if (weights_[i] > 0.0) return cand_[i].id;
-    return cand_.back().id;
+    for (size_t i = cand.size(); i-- > 0;)
+        if (w[i] > 0.0) return cand[i].id;
+    return cand.back().id;
 }
 
 void Sampler::probabilities(const float* logits, size_t n, float* out) const {

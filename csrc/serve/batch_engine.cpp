@@ -15,11 +15,6 @@ namespace dasllama::serve {
 
 namespace {
 
-// Rows of one step: the forward pass's scratch is sized for this many. As for a single
-// sequence's prompt (llm/model.cpp), it bounds the scratch memory while keeping the products
-// large enough to run at full speed.
-constexpr int64_t kMaxStepRows = 512;
-
 // The log of the softmax normalizer of logits, and the k most probable tokens with their log
 // probabilities into top (ties: lower id first).
 float top_logprobs_of(const float* logits, int64_t n, int k, std::vector<TokenLogprob>& top) {
@@ -67,7 +62,13 @@ BatchEngine::BatchEngine(LLMModel& model, int n_slots, int64_t n_ctx, int64_t pr
         throw std::invalid_argument("prefill_chunk must be >= 1, got " +
                                     std::to_string(prefill_chunk));
     model_.with_cpu_parts([&](const LLMModel::CpuParts& p) {
-        forward_ = std::make_unique<Forward>(p.cfg, p.weights, kMaxStepRows, p.pool.size());
+        // The model's forward holds min(512, its n_ctx) rows; a step must hold every slot's
+        // decode row, so a model opened with fewer positions than slots gets one of our own.
+        if (p.forward.max_batch() < n_slots)
+            own_forward_ = std::make_unique<Forward>(p.cfg, p.weights, n_slots, p.pool.size());
+        const Forward& f = own_forward_ ? *own_forward_ : p.forward;
+        max_step_rows_ = f.max_batch();
+        forward_scratch_bytes_ = f.scratch_bytes();
         return 0;
     });
     slots_.resize(size_t(n_slots));
@@ -80,6 +81,15 @@ std::map<std::string, gpu::SeatStats> BatchEngine::seat_stats() const {
 }
 
 BatchEngine::~BatchEngine() = default;
+
+int64_t BatchEngine::scratch_bytes() const {
+    int64_t n = int64_t(logits_.capacity() * sizeof(float) + ids_.capacity() * sizeof(int32_t)) +
+                sampler_scratch_.bytes();
+    for (const Slot& s : slots_)
+        n += int64_t((s.tokens.capacity() + s.prompt.capacity() + s.banned.capacity()) *
+                         sizeof(int32_t) + s.mask.capacity() * sizeof(uint32_t));
+    return n;
+}
 
 BatchEngine::Slot& BatchEngine::checked(int slot, const char* what) {
     return const_cast<Slot&>(static_cast<const BatchEngine*>(this)->checked(slot, what));
@@ -213,7 +223,7 @@ std::vector<Sampled> BatchEngine::step() {
         parts.push_back({i, 0});
     }
     const int64_t n_decode = int64_t(ids_.size());
-    int64_t budget = kMaxStepRows - n_decode;
+    int64_t budget = max_step_rows_ - n_decode;
     if (n_decode > 0) budget = std::min(budget, prefill_chunk_);
     std::vector<int> reading;
     for (int i = 0; i < n_slots(); ++i)
@@ -238,8 +248,9 @@ std::vector<Sampled> BatchEngine::step() {
     if (on_device_) batch_seat_.decline(gpu::Decline::shape);
     try {
         model_.with_cpu_parts([&](const LLMModel::CpuParts& p) {
-            forward_->run_batch(ids_.data(), seqs.data(), int(seqs.size()), p.pool, p.precision,
-                                logits_.data());
+            Forward& f = own_forward_ ? *own_forward_ : p.forward;
+            f.run_batch(ids_.data(), seqs.data(), int(seqs.size()), p.pool, p.precision,
+                        logits_.data());
             return 0;
         });
     } catch (...) {
@@ -280,7 +291,7 @@ std::vector<Sampled> BatchEngine::step() {
         }
         for (int32_t t : s.banned) lg[t] = -std::numeric_limits<float>::infinity();
         try {
-            r.token = s.sampler->sample(lg, size_t(n_vocab_));
+            r.token = s.sampler->sample(lg, size_t(n_vocab_), sampler_scratch_);
         } catch (const std::invalid_argument& e) {  // the mask and bans left no token
             r.error = e.what();
             out.push_back(std::move(r));
