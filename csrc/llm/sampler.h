@@ -86,6 +86,9 @@ private:
     // Steps 1-6: fills cand with the surviving tokens and their final logits (for greedy,
     // just the arg max).
     void filter(const float* logits, size_t n, std::vector<Candidate>& cand) const;
+    // sample() at temperature 0: the arg max of the penalized logits, as filter's step 2 gives
+    // it (lowest id on ties; the same errors), without building the candidate list.
+    int32_t greedy(const float* logits, size_t n) const;
     double weights(const std::vector<Candidate>& cand, std::vector<double>& w) const;
     double uniform();
 

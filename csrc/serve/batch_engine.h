@@ -9,8 +9,9 @@
 // tokens kept, so a later prompt that shares their prefix evaluates only the rest.
 //
 // Memory beyond the weights and the pool: the steps run on the model's own CPU forward pass
-// (its max_batch-row buffers, under the model's lock), and the slots' samplers share one
-// vocabulary-sized scratch; scratch_bytes() reports what the engine itself holds.
+// (its max_batch-row buffers, under the model's lock), and the slots' samplers draw on the
+// model's pool with one vocabulary-sized scratch per pool thread, not one per slot;
+// scratch_bytes() reports what the engine itself holds.
 //
 // Each slot's sampler sees what LLM.generate's would (every prompt token accepted, then each
 // sampled one): with batch-invariant kernels (each output row depends on its own input row only,
@@ -113,8 +114,8 @@ public:
     int64_t n_ctx() const { return pool_.n_ctx(); }
     int64_t kv_pool_bytes() const { return pool_.bytes(); }
     // Bytes the engine holds beyond the weights and the pool: the logits of a step (one row of
-    // n_vocab per sampling sequence), the shared sampler scratch, each slot's token history and
-    // mask. Grows to its high-water mark and stays there.
+    // n_vocab per sampling sequence), the sampler scratch (one per pool thread), each slot's
+    // token history and mask. Grows to its high-water mark and stays there.
     int64_t scratch_bytes() const;
     // Bytes of the forward pass's per-row buffers the steps run on: the model's own (shared,
     // not allocated by the engine) unless the model's holds fewer rows than there are slots.
@@ -150,7 +151,7 @@ private:
     // Reused between steps.
     std::vector<int32_t> ids_;
     std::vector<float> logits_;
-    Sampler::Scratch sampler_scratch_;  // every slot's draws (one at a time)
+    std::vector<Sampler::Scratch> sampler_scratch_;  // one per pool share, for the slots' draws
 };
 
 }  // namespace dasllama::serve
