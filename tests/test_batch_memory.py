@@ -8,9 +8,10 @@ measured by `dasllama bench serve`, never asserted here):
 - scratch_bytes covers the step's logits (one row of n_vocab floats per sampling sequence) and
   ONE vocabulary-sized sampler scratch shared by every slot: with 4 slots sampling it is at
   least the logits plus one scratch and well under what a scratch per slot would take.
-- forward_scratch_bytes is the model's own forward buffers (512 rows at most), not a second
-  set: it is the same whatever the number of slots, and a model opened with fewer positions
-  than slots still serves them all (the engine then holds a forward of its own).
+- forward_scratch_bytes is the model's own forward buffers (512 rows at most; the feed-forward's
+  gate and up for 128 rows, the slice it runs in), not a second set: it is the same whatever
+  the number of slots, and a model opened with fewer positions than slots still serves them
+  all (the engine then holds a forward of its own).
 """
 
 from __future__ import annotations
@@ -85,10 +86,12 @@ def test_the_steps_share_the_model_forward(path):
         small = BatchEngine(llm, slots=1, n_ctx=64).stats["forward_scratch_bytes"]
         large = BatchEngine(llm, slots=8, n_ctx=256).stats["forward_scratch_bytes"]
         assert small == large > 0
-        # rows x (x, xn, out: n_embd; q, attn: n_head x head_dim; k, v: kv heads x head_dim;
-        # gate, up: n_ff) floats, plus the rope tables: rows = the model's min(512, n_ctx)
-        per_row = (3 * 128 + 2 * 128 + 2 * 64 + 2 * 256) * 4
-        assert 256 * per_row <= small < 256 * per_row + 256 * 128 * 4
+        # rows x (x, xn, out: n_embd; q, attn: n_head x head_dim; k, v: kv heads x head_dim)
+        # floats with rows = the model's min(512, n_ctx), the feed-forward's gate and up for
+        # 128 rows (it runs in slices of 128), plus the rope tables
+        per_row = (3 * 128 + 2 * 128 + 2 * 64) * 4
+        ffn = 128 * 2 * 256 * 4
+        assert 256 * per_row + ffn <= small < 256 * per_row + ffn + 256 * 128 * 4
 
 
 def test_a_model_with_fewer_positions_than_slots_still_serves_every_slot(path):
