@@ -22,7 +22,7 @@ from .errors import APIError
 from .routers.common import config_of, metrics_of, new_id, now, registry_of
 
 __all__ = ["ChoiceResult", "Generation", "StreamChunks", "admit", "sampling_params", "engine_requests",
-           "EventStreamResponse", "event_text", "token_text", "finish_reason", "usage_of",
+           "EventStreamResponse", "token_text", "finish_reason", "usage_of",
            "SSE_HEADERS"]
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
