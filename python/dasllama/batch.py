@@ -20,6 +20,10 @@ context is per slot and never split: ``kv_pool_bytes`` = slots x one slot's byte
 slot keeps its cached tokens; a new request takes the free slot sharing the longest prefix with
 its prompt and evaluates only the rest (``Usage.cached_tokens``).
 
+Memory beyond the weights and the pool (``stats``): the steps run on the model's own forward
+buffers (``forward_scratch_bytes``, shared, not a second set), and the engine holds the step's
+logits, one sampler scratch per pool thread and the slots' token histories (``scratch_bytes``).
+
 Thread-safety: a BatchEngine is used from one thread; EngineThread.submit/cancel from any.
 """
 
