@@ -66,6 +66,13 @@ void bind_serve(py::module_& m) {
         .def_property_readonly("n_slots", &BatchEngine::n_slots)
         .def_property_readonly("n_ctx", &BatchEngine::n_ctx)
         .def_property_readonly("kv_pool_bytes", &BatchEngine::kv_pool_bytes)
+        .def_property_readonly("scratch_bytes", &BatchEngine::scratch_bytes,
+                               "Bytes the engine holds beyond weights and pool (step logits, "
+                               "sampler scratch, slot histories).")
+        .def_property_readonly("forward_scratch_bytes", &BatchEngine::forward_scratch_bytes,
+                               "Bytes of the forward pass's row buffers the steps run on (the "
+                               "model's own, shared).")
+        .def_property_readonly("max_step_rows", &BatchEngine::max_step_rows)
         .def_property_readonly("n_active", &BatchEngine::n_active)
         .def("active", &BatchEngine::active, py::arg("slot"))
         .def("n_past", &BatchEngine::n_past, py::arg("slot"))

@@ -22,11 +22,23 @@
 
 namespace dasllama {
 
+namespace {
+
+// Rows of a dense feed-forward computed at once. Its gate and up activations (2 x n_ff floats a
+// row) are the widest scratch; a chunk runs through them in slices of this many rows, so they
+// need not be sized for max_batch rows. 128 rows keep the products at full width, and each
+// row's result depends on that row alone (cpu/matmul.h), so slicing changes no value.
+constexpr int64_t kFfnRows = 128;
+
+}  // namespace
+
 Forward::Forward(const ModelConfig& cfg, const ModelWeights& w, int64_t max_batch, int n_threads)
     : cfg_(cfg), w_(w), max_batch_(std::max<int64_t>(1, max_batch)),
       attn_scratch_(n_threads, cfg.head_dim, cfg.head_dim_v) {
     const size_t B = size_t(max_batch_);
     const int64_t ff = cfg.moe ? cfg.n_ff_exp : cfg.n_ff;
+    // An expert may take every row of a chunk: MoE keeps full-height buffers.
+    ffn_rows_ = cfg.moe ? max_batch_ : std::min(max_batch_, kFfnRows);
     x_.resize(B * size_t(cfg.n_embd));
     xn_.resize(B * size_t(cfg.n_embd));
     q_.resize(B * size_t(cfg.q_dim()));
@@ -34,8 +46,8 @@ Forward::Forward(const ModelConfig& cfg, const ModelWeights& w, int64_t max_batc
     v_.resize(B * size_t(cfg.v_dim()));
     attn_.resize(B * size_t(cfg.n_head * cfg.head_dim_v));
     out_.resize(B * size_t(cfg.n_embd));
-    gate_.resize(B * size_t(ff));
-    up_.resize(B * size_t(ff));
+    gate_.resize(size_t(ffn_rows_) * size_t(ff));
+    up_.resize(size_t(ffn_rows_) * size_t(ff));
     for (const LayerConfig& lc : cfg.layers) {
         bool seen = false;
         for (const RopeTable& r : ropes_) seen |= r.base == lc.rope_base && r.scale == lc.rope_scale;
@@ -52,6 +64,15 @@ Forward::Forward(const ModelConfig& cfg, const ModelWeights& w, int64_t max_batc
         gathered_.resize(B * size_t(cfg.n_embd));
         expert_out_.resize(B * size_t(cfg.n_embd));
     }
+}
+
+int64_t Forward::scratch_bytes() const {
+    auto f = [](const auto& v) { return int64_t(v.capacity() * sizeof(v[0])); };
+    int64_t n = f(x_) + f(xn_) + f(q_) + f(k_) + f(v_) + f(attn_) + f(out_) + f(gate_) + f(up_) +
+                f(router_) + f(expert_tokens_) + f(expert_weights_) + f(expert_count_) +
+                f(gathered_) + f(expert_out_);
+    for (const RopeTable& r : ropes_) n += f(r.cos) + f(r.sin);
+    return n;
 }
 
 const Forward::RopeTable& Forward::rope_for(const LayerConfig& lc) const {
@@ -241,13 +262,17 @@ void Forward::attention_layer(int il, int64_t n, int64_t first, const SequenceRo
 }
 
 void Forward::dense_ffn(const LayerWeights& l, int64_t n, ThreadPool& pool) {
+    const int64_t E = cfg_.n_embd;
     const cpu::MatmulTarget gate_up[] = {{&l.ffn_gate, gate_.data()}, {&l.ffn_up, up_.data()}};
-    cpu::matmul_shared_input(gate_up, 2, xn_.data(), n, pool, precision_);
-    if (cfg_.gelu_ffn)
-        cpu::geglu_tanh(gate_.data(), up_.data(), n * cfg_.n_ff);
-    else
-        cpu::swiglu(gate_.data(), up_.data(), n * cfg_.n_ff);
-    mm(l.ffn_down, gate_.data(), n, out_.data(), pool);
+    for (int64_t r0 = 0; r0 < n; r0 += ffn_rows_) {
+        const int64_t rows = std::min(ffn_rows_, n - r0);
+        cpu::matmul_shared_input(gate_up, 2, xn_.data() + r0 * E, rows, pool, precision_);
+        if (cfg_.gelu_ffn)
+            cpu::geglu_tanh(gate_.data(), up_.data(), rows * cfg_.n_ff);
+        else
+            cpu::swiglu(gate_.data(), up_.data(), rows * cfg_.n_ff);
+        mm(l.ffn_down, gate_.data(), rows, out_.data() + r0 * E, pool);
+    }
 }
 
 void Forward::moe_ffn(const LayerWeights& l, int64_t n, ThreadPool& pool) {

@@ -58,6 +58,9 @@ public:
                     cpu::Precision precision, float* hidden);
 
     int64_t max_batch() const { return max_batch_; }
+    // Bytes of the per-row working memory allocated at construction for max_batch rows (the
+    // activations, rope tables and MoE routing; the attention's per-thread scratch is apart).
+    int64_t scratch_bytes() const;
 
 private:
     struct RopeTable {
@@ -84,15 +87,16 @@ private:
     const ModelConfig& cfg_;
     const ModelWeights& w_;
     int64_t max_batch_;
+    int64_t ffn_rows_ = 0;   // rows of gate_ / up_ (a dense feed-forward runs in such slices)
     cpu::Precision precision_ = cpu::Precision::kFast;
 
-    // Scratch, [max_batch, width] each.
+    // Scratch, [max_batch, width] each unless said.
     std::vector<float> x_;       // the residual stream [n_embd]
     std::vector<float> xn_;      // normed input of a block [n_embd]
     std::vector<float> q_, k_, v_;  // [q_dim] [k_dim] [v_dim]
     std::vector<float> attn_;    // attention output [n_head * head_dim_v]
     std::vector<float> out_;     // a block's output [n_embd]
-    std::vector<float> gate_, up_;  // [n_ff] or [n_ff_exp]
+    std::vector<float> gate_, up_;  // [ffn_rows_, n_ff] or [max_batch, n_ff_exp]
     std::vector<RopeTable> ropes_;  // one per distinct (base, scale) of the layers
     std::vector<int64_t> seq_pos0_; // first position of each sequence of a chunk
     std::vector<KVCache::LayerView> views_;   // per sequence of a chunk, the layer's cache

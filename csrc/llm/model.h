@@ -73,21 +73,24 @@ public:
     // own: the model's cache is untouched. Throws as eval() does, against n_ctx.
     void hidden_states(const int32_t* ids, int64_t n, float* hidden);
 
-    // The CPU parts a batching engine (serve/) runs its own forward pass on. with_cpu_parts
+    // The CPU parts a batching engine (serve/) runs its forward passes on. with_cpu_parts
     // calls f(parts) holding the model's lock (so it never overlaps eval) and throws Error
-    // when the model is closed.
+    // when the model is closed. `forward` is the model's own CPU forward pass: its scratch
+    // holds nothing between calls, so under the lock an engine's steps use it too instead of
+    // allocating a second set of max_batch-row buffers.
     struct CpuParts {
         const ModelConfig& cfg;
         const ModelWeights& weights;
         ThreadPool& pool;
         cpu::Precision precision;
         KVType kv_type;
+        Forward& forward;
     };
     template <class F>
     decltype(auto) with_cpu_parts(F&& f) {
         std::lock_guard<std::mutex> lock(mu_);
         check_open();
-        return f(CpuParts{cfg_, *weights_, *pool_, precision_, kv_type_});
+        return f(CpuParts{cfg_, *weights_, *pool_, precision_, kv_type_, *forward_});
     }
 
     // Forgets positions >= n; 0 <= n <= n_past() (std::invalid_argument otherwise).

@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace dasllama {
 
@@ -169,21 +174,109 @@ double Sampler::weights(const std::vector<Candidate>& cand, std::vector<double>&
     return total;
 }
 
-int32_t Sampler::sample(const float* logits, size_t n) {
-    filter(logits, n, cand_);
-    if (cand_.size() == 1) return cand_[0].id;
-    const double total = weights(cand_, weights_);
+int32_t Sampler::greedy(const float* logits, size_t n) const {
+    if (n == 0) throw std::invalid_argument("logits are empty (need one value per vocabulary entry)");
+    if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+        throw std::invalid_argument("logits have more entries than an int32 token id can index");
+    // The maximum, NaN and +inf noted on the way (SSE2, the x86-64 baseline, 4 x 4 lanes: the
+    // scalar loop was most of a batched step's sampling at 256K entries); then the first
+    // index holding the maximum, which is the lowest id of equal logits: the order of before().
+    const float inf = std::numeric_limits<float>::infinity();
+    float mx = -inf;
+    int bad = 0;
+    size_t i = 0;
+#if defined(__SSE2__)
+    {
+        const __m128 vinf = _mm_set1_ps(inf);
+        __m128 m[4], b[4];
+        for (int l = 0; l < 4; ++l) m[l] = _mm_set1_ps(-inf), b[l] = _mm_setzero_ps();
+        for (; i + 16 <= n; i += 16)
+            for (int l = 0; l < 4; ++l) {
+                const __m128 v = _mm_loadu_ps(logits + i + 4 * l);
+                m[l] = _mm_max_ps(v, m[l]);     // NaN lanes keep m (noted in b instead)
+                b[l] = _mm_or_ps(b[l], _mm_cmpnlt_ps(v, vinf));   // !(v < inf)
+            }
+        float lanes[16], flags[16];
+        for (int l = 0; l < 4; ++l) {
+            _mm_storeu_ps(lanes + 4 * l, m[l]);
+            _mm_storeu_ps(flags + 4 * l, b[l]);
+        }
+        for (int l = 0; l < 16; ++l) {
+            mx = lanes[l] > mx ? lanes[l] : mx;
+            uint32_t f;
+            std::memcpy(&f, &flags[l], sizeof f);
+            bad |= f != 0;
+        }
+    }
+#endif
+    for (; i < n; ++i) {
+        mx = logits[i] > mx ? logits[i] : mx;
+        bad |= !(logits[i] < inf);
+    }
+    if (bad) {
+        for (size_t k = 0; k < n; ++k)
+            if (!(logits[k] < inf)) {
+                std::ostringstream os;
+                os << "logits[" << k << "] is " << logits[k] << "; logits must be finite or -inf";
+                throw std::invalid_argument(os.str());
+            }
+    }
+    size_t best = 0;    // mx is one of the logits (-inf when all are): the scan finds it
+    while (!(logits[best] == mx)) ++best;
+    Candidate top{logits[best], static_cast<int32_t>(best)};
+    const SamplerParams& p = params_;
+    if (!history_.empty() &&
+        (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)) {
+        // Step 1 of the chain on the history's tokens only (the same arithmetic as filter);
+        // every other token keeps its logit, so the arg max is the better of the best penalized
+        // token and the best token outside the history.
+        std::unordered_map<int32_t, int> count;
+        for (int32_t t : history_) ++count[t];
+        Candidate penalized{-std::numeric_limits<float>::infinity(), -1};
+        for (const auto& [t, c] : count) {
+            if (static_cast<size_t>(t) >= n) continue;   // not in this vocabulary
+            float v = logits[t];
+            v = v > 0.0f ? v / p.repeat_penalty : v * p.repeat_penalty;
+            v -= static_cast<float>(c) * p.frequency_penalty + p.presence_penalty;
+            const Candidate cand{v, t};
+            if (penalized.id < 0 || before(cand, penalized)) penalized = cand;
+        }
+        if (count.count(top.id)) {    // the raw arg max was penalized: the best of the rest
+            Candidate rest{-std::numeric_limits<float>::infinity(), -1};
+            for (size_t i = 0; i < n; ++i) {
+                if (rest.id >= 0 && !(logits[i] > rest.logit)) continue;
+                if (count.count(static_cast<int32_t>(i))) continue;
+                rest = {logits[i], static_cast<int32_t>(i)};
+            }
+            top = rest;
+        }
+        if (penalized.id >= 0 && (top.id < 0 || before(penalized, top))) top = penalized;
+    }
+    if (top.logit == -std::numeric_limits<float>::infinity())
+        throw std::invalid_argument("every logit is -inf; no token can be sampled");
+    return top.id;
+}
+
+int32_t Sampler::sample(const float* logits, size_t n, Scratch& scratch) {
+    // Greedy needs no candidate list: one pass over the logits (a vocabulary-sized list built
+    // and scanned per token was the larger part of sampling at 256K entries).
+    if (params_.temperature == 0.0f) return greedy(logits, n);
+    std::vector<Candidate>& cand = scratch.cand;
+    std::vector<double>& w = scratch.weights;
+    filter(logits, n, cand);
+    if (cand.size() == 1) return cand[0].id;
+    const double total = weights(cand, w);
     // 7. draw: the first candidate whose cumulative weight exceeds u * total.
     const double u = uniform() * total;
     double cum = 0.0;
-    for (size_t i = 0; i < cand_.size(); ++i) {
-        cum += weights_[i];
-        if (cum > u) return cand_[i].id;
+    for (size_t i = 0; i < cand.size(); ++i) {
+        cum += w[i];
+        if (cum > u) return cand[i].id;
     }
     // Rounding can leave u a hair above the last cumulative sum: take the last with weight.
-    for (size_t i = cand_.size(); i-- > 0;)
-        if (weights_[i] > 0.0) return cand_[i].id;
-    return cand_.back().id;
+    for (size_t i = cand.size(); i-- > 0;)
+        if (w[i] > 0.0) return cand[i].id;
+    return cand.back().id;
 }
 
 void Sampler::probabilities(const float* logits, size_t n, float* out) const {

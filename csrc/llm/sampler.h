@@ -46,11 +46,28 @@ void validate(const SamplerParams& p);
 
 class Sampler {
 public:
+    struct Candidate {
+        float logit;
+        int32_t id;
+    };
+    // The vocabulary-sized working arrays of a draw. A sampler has its own; samplers that never
+    // draw at once (the slots of a batching engine) can share one instead of each keeping
+    // n_vocab candidates (2 MB at 256K entries) alive between tokens.
+    struct Scratch {
+        std::vector<Candidate> cand;
+        std::vector<double> weights;
+        int64_t bytes() const {
+            return int64_t(cand.capacity() * sizeof(Candidate) + weights.capacity() * sizeof(double));
+        }
+    };
+
     explicit Sampler(const SamplerParams& params);
 
     // The next token for these logits (n = the vocabulary size). Throws std::invalid_argument
     // for n == 0 or a NaN logit (naming its index). Does not record the token: call accept().
-    int32_t sample(const float* logits, size_t n);
+    int32_t sample(const float* logits, size_t n) { return sample(logits, n, scratch_); }
+    // The same draw with the working arrays in `scratch` (same tokens as sample(logits, n)).
+    int32_t sample(const float* logits, size_t n, Scratch& scratch);
 
     // The probabilities the draw of sample() would use, written to out[0..n) (zero for tokens
     // the chain removed). Does not advance the generator. For greedy, one-hot.
@@ -66,13 +83,12 @@ public:
     size_t history_size() const { return history_.size(); }
 
 private:
-    struct Candidate {
-        float logit;
-        int32_t id;
-    };
     // Steps 1-6: fills cand with the surviving tokens and their final logits (for greedy,
     // just the arg max).
     void filter(const float* logits, size_t n, std::vector<Candidate>& cand) const;
+    // sample() at temperature 0: the arg max of the penalized logits, as filter's step 2 gives
+    // it (lowest id on ties; the same errors), without building the candidate list.
+    int32_t greedy(const float* logits, size_t n) const;
     double weights(const std::vector<Candidate>& cand, std::vector<double>& w) const;
     double uniform();
 
@@ -80,8 +96,7 @@ private:
     std::deque<int32_t> history_;
     std::mt19937 rng_;
     // Reused between calls to avoid vocabulary-sized allocations per token.
-    std::vector<Candidate> cand_;
-    std::vector<double> weights_;
+    Scratch scratch_;
 };
 
 }  // namespace dasllama

@@ -15,11 +15,6 @@ namespace dasllama::serve {
 
 namespace {
 
-// Rows of one step: the forward pass's scratch is sized for this many. As for a single
-// sequence's prompt (llm/model.cpp), it bounds the scratch memory while keeping the products
-// large enough to run at full speed.
-constexpr int64_t kMaxStepRows = 512;
-
 // The log of the softmax normalizer of logits, and the k most probable tokens with their log
 // probabilities into top (ties: lower id first).
 float top_logprobs_of(const float* logits, int64_t n, int k, std::vector<TokenLogprob>& top) {
@@ -67,7 +62,13 @@ BatchEngine::BatchEngine(LLMModel& model, int n_slots, int64_t n_ctx, int64_t pr
         throw std::invalid_argument("prefill_chunk must be >= 1, got " +
                                     std::to_string(prefill_chunk));
     model_.with_cpu_parts([&](const LLMModel::CpuParts& p) {
-        forward_ = std::make_unique<Forward>(p.cfg, p.weights, kMaxStepRows, p.pool.size());
+        // The model's forward holds min(512, its n_ctx) rows; a step must hold every slot's
+        // decode row, so a model opened with fewer positions than slots gets one of our own.
+        if (p.forward.max_batch() < n_slots)
+            own_forward_ = std::make_unique<Forward>(p.cfg, p.weights, n_slots, p.pool.size());
+        const Forward& f = own_forward_ ? *own_forward_ : p.forward;
+        max_step_rows_ = f.max_batch();
+        forward_scratch_bytes_ = f.scratch_bytes();
         return 0;
     });
     slots_.resize(size_t(n_slots));
@@ -80,6 +81,15 @@ std::map<std::string, gpu::SeatStats> BatchEngine::seat_stats() const {
 }
 
 BatchEngine::~BatchEngine() = default;
+
+int64_t BatchEngine::scratch_bytes() const {
+    int64_t n = int64_t(logits_.capacity() * sizeof(float) + ids_.capacity() * sizeof(int32_t));
+    for (const Sampler::Scratch& s : sampler_scratch_) n += s.bytes();
+    for (const Slot& s : slots_)
+        n += int64_t((s.tokens.capacity() + s.prompt.capacity() + s.banned.capacity()) *
+                         sizeof(int32_t) + s.mask.capacity() * sizeof(uint32_t));
+    return n;
+}
 
 BatchEngine::Slot& BatchEngine::checked(int slot, const char* what) {
     return const_cast<Slot&>(static_cast<const BatchEngine*>(this)->checked(slot, what));
@@ -213,7 +223,7 @@ std::vector<Sampled> BatchEngine::step() {
         parts.push_back({i, 0});
     }
     const int64_t n_decode = int64_t(ids_.size());
-    int64_t budget = kMaxStepRows - n_decode;
+    int64_t budget = max_step_rows_ - n_decode;
     if (n_decode > 0) budget = std::min(budget, prefill_chunk_);
     std::vector<int> reading;
     for (int i = 0; i < n_slots(); ++i)
@@ -238,8 +248,9 @@ std::vector<Sampled> BatchEngine::step() {
     if (on_device_) batch_seat_.decline(gpu::Decline::shape);
     try {
         model_.with_cpu_parts([&](const LLMModel::CpuParts& p) {
-            forward_->run_batch(ids_.data(), seqs.data(), int(seqs.size()), p.pool, p.precision,
-                                logits_.data());
+            Forward& f = own_forward_ ? *own_forward_ : p.forward;
+            f.run_batch(ids_.data(), seqs.data(), int(seqs.size()), p.pool, p.precision,
+                        logits_.data());
             return 0;
         });
     } catch (...) {
@@ -250,8 +261,50 @@ std::vector<Sampled> BatchEngine::step() {
     stats_.steps += 1;
     stats_.rows += int64_t(ids_.size());
 
-    std::vector<Sampled> out;
-    float* row = logits_.data();
+    // Each sequence that reached its end of input draws its token. The draws are independent
+    // (a sampler per slot, a scratch per pool share), so they run on the pool: at a 256K
+    // vocabulary, 8 serial passes over the logits left the other threads waiting.
+    std::vector<size_t> drawing;   // parts that sample, in order
+    for (size_t j = 0; j < parts.size(); ++j)
+        if (seqs[j].want_logits) drawing.push_back(j);
+    std::vector<Sampled> out(drawing.size());
+    std::vector<float> log_z(drawing.size(), 0.0f);
+    auto draw = [&](size_t k, Sampler::Scratch& scratch) {
+        Slot& s = slots_[size_t(parts[drawing[k]].slot)];
+        float* lg = logits_.data() + int64_t(k) * n_vocab_;
+        Sampled& r = out[k];
+        r.slot = parts[drawing[k]].slot;
+        r.logprob = std::numeric_limits<float>::quiet_NaN();
+        if (s.top_logprobs >= 0) log_z[k] = top_logprobs_of(lg, n_vocab_, s.top_logprobs, r.top);
+        if (!s.mask.empty()) {
+            for (int64_t t = 0; t < n_vocab_; ++t) {
+                const int64_t w = t / 32;
+                if (w >= int64_t(s.mask.size()) || !((s.mask[size_t(w)] >> (t % 32)) & 1u))
+                    lg[t] = -std::numeric_limits<float>::infinity();
+            }
+        }
+        for (int32_t t : s.banned) lg[t] = -std::numeric_limits<float>::infinity();
+        try {
+            r.token = s.sampler->sample(lg, size_t(n_vocab_), scratch);
+        } catch (const std::invalid_argument& e) {  // the mask and bans left no token
+            r.token = -1;
+            r.error = e.what();
+        }
+    };
+    model_.with_cpu_parts([&](const LLMModel::CpuParts& p) {
+        const int shares = std::min<int>(p.pool.size(), int(drawing.size()));
+        if (int(sampler_scratch_.size()) < p.pool.size()) sampler_scratch_.resize(size_t(p.pool.size()));
+        if (shares <= 1) {
+            for (size_t k = 0; k < drawing.size(); ++k) draw(k, sampler_scratch_[0]);
+        } else {
+            p.pool.run([&](int share, int n_shares) {
+                for (size_t k = size_t(share); k < drawing.size(); k += size_t(n_shares))
+                    draw(k, sampler_scratch_[size_t(share)]);
+            });
+        }
+        return 0;
+    });
+
     for (size_t j = 0; j < parts.size(); ++j) {
         Slot& s = slots_[size_t(parts[j].slot)];
         if (parts[j].take == 0) {
@@ -262,37 +315,18 @@ std::vector<Sampled> BatchEngine::step() {
             s.prompt_done += size_t(parts[j].take);
         }
         s.next = -1;
-        if (!seqs[j].want_logits) continue;
-        float* lg = row;
-        row += n_vocab_;
-        Sampled r;
-        r.slot = parts[j].slot;
-        r.logprob = std::numeric_limits<float>::quiet_NaN();
-        float log_z = 0.0f;
-        if (s.top_logprobs >= 0) log_z = top_logprobs_of(lg, n_vocab_, s.top_logprobs, r.top);
-        if (!s.mask.empty()) {
-            for (int64_t t = 0; t < n_vocab_; ++t) {
-                const int64_t w = t / 32;
-                if (w >= int64_t(s.mask.size()) || !((s.mask[size_t(w)] >> (t % 32)) & 1u))
-                    lg[t] = -std::numeric_limits<float>::infinity();
-            }
-            s.mask.clear();
-        }
-        for (int32_t t : s.banned) lg[t] = -std::numeric_limits<float>::infinity();
-        try {
-            r.token = s.sampler->sample(lg, size_t(n_vocab_));
-        } catch (const std::invalid_argument& e) {  // the mask and bans left no token
-            r.error = e.what();
-            out.push_back(std::move(r));
-            continue;
-        }
+    }
+    for (size_t k = 0; k < drawing.size(); ++k) {
+        Sampled& r = out[k];
+        Slot& s = slots_[size_t(r.slot)];
+        s.mask.clear();
+        if (!r.error.empty()) continue;
         s.sampler->accept(r.token);
         // A mask never excludes the sampled token, so its logit is still the model's.
-        if (s.top_logprobs >= 0) r.logprob = lg[r.token] - log_z;
+        if (s.top_logprobs >= 0) r.logprob = logits_[size_t(int64_t(k) * n_vocab_ + r.token)] - log_z[k];
         s.next = r.token;
         s.used = ++clock_;
         stats_.generated += 1;
-        out.push_back(std::move(r));
     }
     return out;
 }

@@ -8,6 +8,11 @@
 // new sequence joins at a step boundary; one that finishes leaves its slot free with its cached
 // tokens kept, so a later prompt that shares their prefix evaluates only the rest.
 //
+// Memory beyond the weights and the pool: the steps run on the model's own CPU forward pass
+// (its max_batch-row buffers, under the model's lock), and the slots' samplers draw on the
+// model's pool with one vocabulary-sized scratch per pool thread, not one per slot;
+// scratch_bytes() reports what the engine itself holds.
+//
 // Each slot's sampler sees what LLM.generate's would (every prompt token accepted, then each
 // sampled one): with batch-invariant kernels (each output row depends on its own input row only,
 // cpu/matmul.h) the same seed gives the same tokens whatever else is in the batch.
@@ -108,6 +113,15 @@ public:
     int n_slots() const { return pool_.n_slots(); }
     int64_t n_ctx() const { return pool_.n_ctx(); }
     int64_t kv_pool_bytes() const { return pool_.bytes(); }
+    // Bytes the engine holds beyond the weights and the pool: the logits of a step (one row of
+    // n_vocab per sampling sequence), the sampler scratch (one per pool thread), each slot's
+    // token history and mask. Grows to its high-water mark and stays there.
+    int64_t scratch_bytes() const;
+    // Bytes of the forward pass's per-row buffers the steps run on: the model's own (shared,
+    // not allocated by the engine) unless the model's holds fewer rows than there are slots.
+    int64_t forward_scratch_bytes() const { return forward_scratch_bytes_; }
+    // Rows one step may hold (the forward pass's max_batch).
+    int64_t max_step_rows() const { return max_step_rows_; }
     int n_active() const;
     bool active(int slot) const;
     // Positions of the slot's cache in use (prompt evaluated so far plus tokens fed back).
@@ -127,7 +141,8 @@ private:
     int64_t n_vocab_;
     int64_t prefill_chunk_;
     KVPool pool_;
-    std::unique_ptr<Forward> forward_;
+    int64_t max_step_rows_ = 0, forward_scratch_bytes_ = 0;
+    std::unique_ptr<Forward> own_forward_;  // only when the model's holds fewer rows than slots
     std::vector<Slot> slots_;
     int64_t clock_ = 0;  // orders starts (prefill FIFO) and uses (least recently used)
     EngineStats stats_;
@@ -136,6 +151,7 @@ private:
     // Reused between steps.
     std::vector<int32_t> ids_;
     std::vector<float> logits_;
+    std::vector<Sampler::Scratch> sampler_scratch_;  // one per pool share, for the slots' draws
 };
 
 }  // namespace dasllama::serve

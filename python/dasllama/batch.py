@@ -20,11 +20,16 @@ context is per slot and never split: ``kv_pool_bytes`` = slots x one slot's byte
 slot keeps its cached tokens; a new request takes the free slot sharing the longest prefix with
 its prompt and evaluates only the rest (``Usage.cached_tokens``).
 
+Memory beyond the weights and the pool (``stats``): the steps run on the model's own forward
+buffers (``forward_scratch_bytes``, shared, not a second set), and the engine holds the step's
+logits, one sampler scratch per pool thread and the slots' token histories (``scratch_bytes``).
+
 Thread-safety: a BatchEngine is used from one thread; EngineThread.submit/cancel from any.
 """
 
 from __future__ import annotations
 
+import codecs
 import collections
 import itertools
 import random
@@ -111,7 +116,13 @@ class Request:
     max_tokens None: until the context is full. extra_eog: token ids that end it like an
     end-of-generation token (a chat template's turn end). logprobs: None, or how many top
     alternatives to report per token (0: only the sampled token's). ignore_eos: never sample an
-    end-of-generation token (nor extra_eog), so generation runs to max_tokens (benchmarks)."""
+    end-of-generation token (nor extra_eog), so generation runs to max_tokens (benchmarks).
+    render_tokens: {token id: text} of control tokens whose text the output keeps (a tool-call
+    format's markers, dasllama.tools.ToolPlan.rendered_tokens; the text of other control tokens
+    is left out). A rendered token comes out whole, and stop strings match only the text
+    around it: a stop string never cuts one, nor matches across one (a marker the tool parser
+    needs is never lost to a stop string), while a stop string in the text before or after it
+    still stops there."""
     prompt: Sequence[int]
     max_tokens: Optional[int] = 128
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -121,14 +132,29 @@ class Request:
     constraint: Optional[Constraint] = None
     on_event: Optional[Callable[[Event], None]] = None
     ignore_eos: bool = False
+    render_tokens: Optional[Dict[int, str]] = None
     id: int = -1     # set by submit
+
+
+class _RenderingStream(_TextStream):
+    """A _TextStream that also takes rendered control tokens (Request.render_tokens): such a
+    token's text is emitted whole, never searched for stop strings, and ends any stop string
+    the text before it was starting (the held-back text is released, since what follows is the
+    token, not the rest of the stop string)."""
+
+    def push_rendered(self, text: str) -> str:
+        if self.stopped:
+            return ""
+        held = self.push(b"", final=True)    # no stop string in it: push() already looked
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        return held + text
 
 
 @dataclass
 class _Active:
     request: Request
     slot: int
-    text: _TextStream
+    text: _RenderingStream
     usage: Usage
 
 
@@ -189,14 +215,19 @@ class BatchEngine:
 
     @property
     def stats(self) -> dict:
-        """running, queued, slots_busy, slots, n_ctx (per slot), kv_pool_bytes, completed, and
+        """running, queued, slots_busy, slots, n_ctx (per slot), kv_pool_bytes, scratch_bytes
+        (what the engine holds beyond weights and pool: step logits, sampler scratch, slot
+        histories), forward_scratch_bytes (the row buffers of the model's forward pass that the
+        steps share), completed, and
         the engine's counters: steps, rows, prompt_tokens, cached_tokens, prompt_cache_hits,
         generated_tokens; on a model opened on a GPU also seats: {"batch": {"served",
         "declined": {reason: n}, ...}} (batched steps decline with "shape" and run on the CPU).
         """
         out = dict(running=len(self._active), queued=len(self._queue),
                    slots_busy=self._core.n_active, slots=self.slots, n_ctx=self.n_ctx,
-                   kv_pool_bytes=self.kv_pool_bytes, completed=self._completed)
+                   kv_pool_bytes=self.kv_pool_bytes, scratch_bytes=self._core.scratch_bytes,
+                   forward_scratch_bytes=self._core.forward_scratch_bytes,
+                   completed=self._completed)
         out.update(self._core.stats)
         seats = self._core.seat_stats()
         if seats:
@@ -223,6 +254,18 @@ class BatchEngine:
             if not isinstance(s, str) or not s:
                 raise ValueError(f"stop strings must be non-empty strings, got {s!r}")
         request.stop = stop
+        if request.render_tokens:
+            rendered = {}
+            for token, text in dict(request.render_tokens).items():
+                if (isinstance(token, bool) or not isinstance(token, (int, np.integer))
+                        or not 0 <= token < self.llm.n_vocab):
+                    raise ValueError(f"render_tokens: token {token!r} is outside the vocabulary "
+                                     f"[0, {self.llm.n_vocab})")
+                if not isinstance(text, str):
+                    raise ValueError(f"render_tokens: the text of token {token} must be a "
+                                     f"string, got {text!r}")
+                rendered[int(token)] = text
+            request.render_tokens = rendered
         if request.logprobs is not None:
             _check_int("logprobs", request.logprobs, 0)
             if request.logprobs > _core.MAX_TOP_LOGPROBS:
@@ -335,7 +378,7 @@ class BatchEngine:
                 events += self._emit([Event(r.id, "error", error=e,
                                             usage=Usage(prompt_tokens=len(r.prompt)))], r)
                 continue
-            a = _Active(r, slot, _TextStream(r.stop), Usage(len(r.prompt), cached, 0))
+            a = _Active(r, slot, _RenderingStream(r.stop), Usage(len(r.prompt), cached, 0))
             self._active[slot] = a
             events += self._emit(self._set_mask(a), r)
         return events
@@ -379,7 +422,10 @@ class BatchEngine:
         if tok.is_eog(token) or token in r.extra_eog:
             return [self._finish(a, "eog")]
         a.usage.completion_tokens += 1
-        piece = a.text.push(b"" if tok.is_control(token) else bytes(tok.piece(token)))
+        if r.render_tokens and token in r.render_tokens:
+            piece = a.text.push_rendered(r.render_tokens[token])
+        else:
+            piece = a.text.push(b"" if tok.is_control(token) else bytes(tok.piece(token)))
         ev = Event(r.id, "token", text=piece, token=token)
         if r.logprobs is not None:
             ev.logprob, ev.top_logprobs = float(logprob), [(int(t), float(p)) for t, p in top]

@@ -44,14 +44,17 @@ dasllama.tool_formats, whose docstrings give the exact forms): ``hermes`` (``<to
 JSON blocks: Qwen 2.5/3, Hermes), ``llama3`` (the whole reply is ``{"name", "parameters"}``
 JSON), ``mistral`` (``[TOOL_CALLS]`` and a JSON list), ``mistral_args``
 (``[TOOL_CALLS]name[ARGS]{...}``), ``deepseek`` and ``deepseek_v31`` (``<｜tool▁calls▁begin｜>``
-sections), ``gemma`` (``tool_code`` blocks). In every format a call that does not parse stays
+sections), ``gemma`` (``tool_code`` blocks), ``functionary`` (``>>>name\\n{...}`` messages), ``phi4``
+(``<|tool_call|>[...]<|/tool_call|>``). In every format a call that does not parse stays
 in content as written, and a call left open at the end of the text counts when it is
 complete.
 
 Rendering: a template that reads ``tools`` gets them (``native``); call ids are mapped onto the
 ids a family's templates accept (Mistral's 9 characters) and arguments given as the templates
 expect them. A template that writes tool calls and results but never the tool list (DeepSeek
-R1) gets the tools in the system prompt in its format's words (``native_turns``). Templates that
+R1) gets the tools in the system prompt in its format's words (``native_turns``). A format with
+``template_messages`` (Phi-4-mini, whose template reads the tool list from the system message)
+places the tools and calls in the messages itself. Templates that
 render no tools at all (the plain fallback, Jinja templates that never mention ``tools``) get
 the tool list in the system prompt in the fixed text of ``INJECTED_TOOLS_PROMPT`` (hermes
 format), and the conversation's tool turns rewritten as text: an assistant's calls as
@@ -376,9 +379,12 @@ class ToolPlan:
         tools = list(self.tools) if self.active else []
         fmt = _format(self.fmt)
         if self.native:
+            messages = _for_template(messages, fmt)
+            place = getattr(fmt, "template_messages", None)
+            if place is not None:    # a template that reads the tools from a message (Phi-4)
+                return self.chat_format.render(place(messages, tools), add_generation_prompt)
             variables = {"tools": tools} if tools else {}
-            return self.chat_format.render(_for_template(messages, fmt), add_generation_prompt,
-                                           **variables)
+            return self.chat_format.render(messages, add_generation_prompt, **variables)
         if self.native_turns:
             messages = _for_template(messages, fmt)
             if tools:

@@ -22,7 +22,7 @@ from .errors import APIError
 from .routers.common import config_of, metrics_of, new_id, now, registry_of
 
 __all__ = ["ChoiceResult", "Generation", "StreamChunks", "admit", "sampling_params", "engine_requests",
-           "EventStreamResponse", "event_text", "token_text", "finish_reason", "usage_of",
+           "EventStreamResponse", "token_text", "finish_reason", "usage_of",
            "SSE_HEADERS"]
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -73,17 +73,19 @@ def sampling_params(body, seed_offset: int = 0) -> SamplingParams:
 def engine_requests(ids: Sequence[int], body, *, n: int, max_tokens: int,
                     stop: Sequence[str], extra_eog: Sequence[int] = (),
                     logprobs: Optional[int] = None,
-                    constraint_factory: Optional[Callable[[], Optional[Constraint]]] = None
-                    ) -> List[Request]:
+                    constraint_factory: Optional[Callable[[], Optional[Constraint]]] = None,
+                    render_tokens: Optional[Dict[int, str]] = None) -> List[Request]:
     """n engine requests for one prompt (choice i seeded seed + i). constraint_factory makes
-    one constraint per request (a constraint follows one sequence)."""
+    one constraint per request (a constraint follows one sequence). render_tokens: the control
+    tokens whose text the reply keeps (Request.render_tokens: a tool format's markers)."""
     out = []
     for i in range(n):
         out.append(Request(prompt=list(ids), max_tokens=max_tokens,
                            sampling=sampling_params(body, i), stop=list(stop),
                            extra_eog=list(extra_eog), logprobs=logprobs,
                            ignore_eos=bool(body.ignore_eos),
-                           constraint=constraint_factory() if constraint_factory else None))
+                           constraint=constraint_factory() if constraint_factory else None,
+                           render_tokens=dict(render_tokens) if render_tokens else None))
     return out
 
 
@@ -119,24 +121,13 @@ def _raise_event_error(event: Event) -> None:
                    code="generation_failed")
 
 
-def event_text(event: Event, rendered: Optional[Dict[int, str]] = None) -> str:
-    """An event's text, with the text of its token first when that is one of rendered's
-    control tokens (the engine's text leaves control tokens out; a tool-call format's markers,
-    ToolPlan.rendered_tokens, must stay in). Text the engine held back for a stop string comes
-    out after such a marker: stop strings and control-token markers do not mix."""
-    if rendered and event.kind == "token" and event.token in rendered:
-        return rendered[event.token] + event.text
-    return event.text
-
-
-def apply_event(results: List[ChoiceResult], index: int, event: Event,
-                rendered: Optional[Dict[int, str]] = None) -> None:
-    """Adds one event to results[index] (raises APIError for an "error" event); rendered: see
-    event_text."""
+def apply_event(results: List[ChoiceResult], index: int, event: Event) -> None:
+    """Adds one event to results[index] (raises APIError for an "error" event). A tool
+    format's markers are in the event's text already (Request.render_tokens)."""
     r = results[index]
     if event.kind == "error":
         _raise_event_error(event)
-    text = event_text(event, rendered)
+    text = event.text
     if text:
         r.text_parts.append(text)
     if event.kind == "token" and event.logprob is not None:
@@ -179,16 +170,14 @@ class Generation:
         self.job.cancel()
         self.lease.release()
 
-    async def collect(self, http_request, n_choices: int,
-                      rendered: Optional[Dict[int, str]] = None) -> List[ChoiceResult]:
-        """Runs the job to its end and returns each choice's result (rendered: see
-        event_text). A client that disconnects meanwhile cancels the job (its slots free at the
-        next step)."""
+    async def collect(self, http_request, n_choices: int) -> List[ChoiceResult]:
+        """Runs the job to its end and returns each choice's result. A client that
+        disconnects meanwhile cancels the job (its slots free at the next step)."""
         results = [ChoiceResult() for _ in range(n_choices)]
         watcher = asyncio.ensure_future(watch_disconnect(http_request.receive, self.job.cancel))
         try:
             async for index, event in self.job.events():
-                apply_event(results, index, event, rendered)
+                apply_event(results, index, event)
         finally:
             watcher.cancel()
             self._end()

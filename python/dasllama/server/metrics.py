@@ -30,6 +30,11 @@ _GAUGES = (   # engine stats key, metric name, help
     ("slots_busy", "slots_busy", "Slots holding an active sequence."),
     ("slots", "slots", "Slots of the model's batching engine."),
     ("kv_pool_bytes", "kv_pool_bytes", "Bytes of the shared KV pool."),
+    ("scratch_bytes", "engine_scratch_bytes",
+     "Bytes the batching engine holds beyond weights and KV pool (step logits, sampler "
+     "scratch, slot histories)."),
+    ("forward_scratch_bytes", "forward_scratch_bytes",
+     "Bytes of the forward pass's row buffers the engine's steps run on (the model's own)."),
 )
 _COUNTERS = (
     ("prompt_tokens", "prompt_tokens", "Prompt tokens of finished and running requests."),

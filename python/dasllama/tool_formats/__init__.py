@@ -12,6 +12,8 @@ are written as text for templates that render none. dasllama.tools picks one per
 | deepseek       | DeepSeek V3, R1: fenced json per call         | deepseek.py |
 | deepseek_v31   | DeepSeek V3.1: ``name<｜tool▁sep｜>{...}``    | deepseek.py |
 | gemma          | Gemma 3: ``tool_code`` blocks                 | gemma.py    |
+| functionary    | Functionary v3: ``>>>name\\n{...}`` messages   | functionary.py |
+| phi4           | Phi-4-mini: ``<|tool_call|>[...]<|/tool_call|>`` | phi4.py  |
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ from typing import Dict
 
 from .base import ToolFormat
 from .deepseek import CALLS_BEGIN, DeepSeekFormat, DeepSeekV31Format
+from .functionary import FUNCTIONARY_ALL, FUNCTIONARY_SEP, FunctionaryFormat
 from .gemma import GemmaFormat
 from .hermes import HERMES_OPEN, HermesFormat
 from .llama3 import PYTHON_TAG, Llama3Format
 from .mistral import ARGS, TOOL_CALLS, MistralArgsFormat, MistralFormat
+from .phi4 import PHI4_TOOLS_CLOSE, Phi4Format
 
 __all__ = ["FORMATS", "TOOL_FORMATS", "ToolFormat", "detect", "get"]
 
 FORMATS: Dict[str, ToolFormat] = {f.name: f for f in (
     HermesFormat(), Llama3Format(), MistralFormat(), MistralArgsFormat(), DeepSeekFormat(),
-    DeepSeekV31Format(), GemmaFormat())}
+    DeepSeekV31Format(), GemmaFormat(), FunctionaryFormat(), Phi4Format())}
 TOOL_FORMATS = tuple(FORMATS)
 
 _GEMMA_TURN = "<start_of_turn>"
@@ -49,6 +53,10 @@ def detect(kind: str, template: str) -> str:
         return "mistral_args" if ARGS in t else "mistral"
     if CALLS_BEGIN in t:
         return "deepseek" if "```json" in t else "deepseek_v31"
+    if FUNCTIONARY_SEP + FUNCTIONARY_ALL in t:
+        return "functionary"
+    if PHI4_TOOLS_CLOSE in t:
+        return "phi4"
     if PYTHON_TAG in t or ('"parameters"' in t and "<|start_header_id|>" in t):
         return "llama3"
     if _GEMMA_TURN in t and not re.search(r"\btools\b", t):

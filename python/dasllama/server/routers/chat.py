@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, List, Optional
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
@@ -23,7 +23,7 @@ from ... import grammar, tools
 from ..bridge import Job
 from ..errors import APIError
 from ..generation import (ChoiceResult, Generation, StreamChunks, admit, apply_event,
-                          chat_logprobs, engine_requests, event_text, finish_reason, usage_of)
+                          chat_logprobs, engine_requests, finish_reason, usage_of)
 from ..schemas import ChatCompletion, ChatCompletionRequest
 from .common import new_id, now, registry_of
 
@@ -35,13 +35,12 @@ _TOOL_FIELD = re.compile(r"^(tools(\[\d+\])?(\.\w+)*|tool_choice(\.\w+)*|paralle
 
 @dataclass
 class PreparedChat:
-    """A chat request turned into engine requests: the n requests, the tool plan (None without
-    tools) that parses tool calls out of the reply, the alternatives per token to report, and
-    the control tokens whose text the reply keeps (the tool format's markers)."""
+    """A chat request turned into engine requests: the n requests (whose render_tokens keep
+    the tool format's markers in the reply), the tool plan (None without tools) that parses
+    tool calls out of the reply, and the alternatives per token to report."""
     requests: list
     tool_plan: Any = None
     top_logprobs: int = 0
-    rendered: Optional[Dict[int, str]] = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,11 +150,11 @@ def _prepare_blocking(body: ChatCompletionRequest, loaded) -> PreparedChat:
     stops = body.stop_list() + list(text_stops)
     top = body.top_logprobs or 0
     factory = _constraint_factory(body, llm, extra_eog, plan)
+    rendered = plan.rendered_tokens(llm) if plan is not None else None
     requests = engine_requests(ids, body, n=body.n, max_tokens=max_tokens, stop=stops,
                                extra_eog=extra_eog, logprobs=top if body.logprobs else None,
-                               constraint_factory=factory)
-    rendered = plan.rendered_tokens(llm) if plan is not None else None
-    return PreparedChat(requests, plan, top, rendered or None)
+                               constraint_factory=factory, render_tokens=rendered)
+    return PreparedChat(requests, plan, top)
 
 
 async def prepare_chat(body: ChatCompletionRequest, loaded) -> PreparedChat:
@@ -181,7 +180,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     llm = generation.loaded.llm
     if body.stream:
         return generation.stream(_chunks(body, entry.name, llm, prepared, generation.job))
-    results = await generation.collect(request, body.n, prepared.rendered)
+    results = await generation.collect(request, body.n)
     choices = []
     for i, r in enumerate(results):
         logprobs = ({"content": chat_logprobs(llm, r.tokens, prepared.top_logprobs)}
@@ -211,12 +210,12 @@ async def _chunks(body: ChatCompletionRequest, model: str, llm, prepared: Prepar
         yield delta_chunk(i, {"role": "assistant", "content": ""})
     try:
         async for index, event in job.events():
-            apply_event(results, index, event, prepared.rendered)
+            apply_event(results, index, event)
             logprobs = None
             if body.logprobs and event.kind == "token" and event.logprob is not None:
                 logprobs = {"content": chat_logprobs(llm, [results[index].tokens[-1]],
                                                      prepared.top_logprobs)}
-            deltas = replies[index].push(event_text(event, prepared.rendered))
+            deltas = replies[index].push(event.text)
             if event.kind == "done":
                 deltas += replies[index].finish()
             if logprobs is not None and not deltas:
