@@ -42,7 +42,9 @@ COOPMAT_FORMATS = [f for f in WEIGHT_FORMATS if f != "F32"]
 STAMPS = [f"matmul_{fmt.lower()}_coopmat" for fmt in COOPMAT_FORMATS]
 # The same products reading a float16 panel of their input (mm_stage's output).
 # (suffix, tile rows, tile tokens) of their tile shapes (stamps.txt; gpu::staged_tile picks one).
-XH_TILES = [("", TILE_ROWS, TILE_TOKS), ("_r32", 32, 32), ("_t64", 64, 64)]
+XH_TILES = [("", TILE_ROWS, TILE_TOKS), ("_r32", 32, 32), ("_t64", 64, 64), ("_t128", 128, 128)]
+# Stamps of eight subgroups (256 threads) instead of matmul's four.
+WIDE_WG = {"_t128": 256}
 XH_STAMPS = [f"{s}_xh{suffix}" for s in STAMPS for suffix, _, _ in XH_TILES]
 
 
@@ -96,8 +98,8 @@ def test_coopmat_matmul_matches_numpy(gpu, fmt, rows, n_tok, accumulate):
 
 
 @pytest.mark.parametrize("accumulate", [False, True], ids=["store", "accumulate"])
-@pytest.mark.parametrize("rows,n_tok", [(67, 17), (131, 130)])
-@pytest.mark.parametrize("tile", XH_TILES, ids=["64x32", "32x32", "64x64"])
+@pytest.mark.parametrize("rows,n_tok", [(67, 17), (131, 130), (300, 260)])
+@pytest.mark.parametrize("tile", XH_TILES, ids=["64x32", "32x32", "64x64", "128x128"])
 @pytest.mark.parametrize("fmt", COOPMAT_FORMATS)
 def test_coopmat_staged_panel_matches_numpy(gpu, fmt, tile, rows, n_tok, accumulate):
     """matmul_<fmt>_coopmat_xh over a float16 panel made here (offset and stride multiples of
@@ -204,13 +206,15 @@ def test_coopmat_stamps_are_built_with_matmuls_interface():
     assert "matmul_f32_coopmat" not in built, "F32 weights keep the float32 path"
     for fmt in COOPMAT_FORMATS:
         plain = built[f"matmul_{fmt.lower()}"]
-        for cm in [built[f"matmul_{fmt.lower()}_coopmat"]] + \
-                [built[f"matmul_{fmt.lower()}_coopmat_xh{suffix}"] for suffix, _, _ in XH_TILES]:
+        for suffix in [None] + [suffix for suffix, _, _ in XH_TILES]:
+            name = f"matmul_{fmt.lower()}_coopmat" + ("" if suffix is None else f"_xh{suffix}")
+            cm = built[name]
             assert cm["family"] == "matmul_coopmat"
             assert cm["spirv_words"] > 0
             assert not cm["msl"], "a coopmat stamp has no Metal home"
-            for key in ("n_buffers", "args_bytes", "wg_size"):
+            for key in ("n_buffers", "args_bytes"):
                 assert cm[key] == plain[key], (cm["name"], key)
+            assert cm["wg_size"] == WIDE_WG.get(suffix, plain["wg_size"]), cm["name"]
 
 
 def _coopmat_tools():

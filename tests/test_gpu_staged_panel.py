@@ -17,6 +17,8 @@ from dasllama import _core
 KNOB = "vulkan.project.coopmat_staged"
 TILE = "vulkan.project.coopmat_tile"
 FILL = "vulkan.project.coopmat_fill_groups"
+LARGE = "vulkan.project.coopmat_large_min_cols"
+LARGE_FILL = "vulkan.project.coopmat_large_fill_groups"
 MATVEC = "vulkan.project.matvec_max_tokens"
 COOPMAT = "vulkan.project.coopmat"
 # Stamp suffixes with _xh stamps (every cooperative-matrix format).
@@ -37,7 +39,7 @@ def knobs():
             pytest.fail(reason)
         pytest.skip(reason)
     yield
-    for k in (KNOB, MATVEC, COOPMAT, TILE, FILL):
+    for k in (KNOB, MATVEC, COOPMAT, TILE, FILL, LARGE, LARGE_FILL):
         _core.tuning_reset(k)
 
 
@@ -70,16 +72,18 @@ def test_staged_panel_boundaries(knobs):
 
 
 def test_staged_panel_knob_refuses_values_outside_its_range(knobs):
-    for name, bad in ((KNOB, -1), (KNOB, 3), (TILE, 4), (FILL, 0)):
+    for name, bad in ((KNOB, -1), (KNOB, 3), (TILE, -1), (TILE, 5), (FILL, 0), (LARGE, 0),
+                      (LARGE_FILL, 0)):
         with pytest.raises(Exception, match=name):
             _core.tuning_set(name, bad)
 
 
 def test_staged_tile_by_workgroups(knobs):
-    """The largest tile (64x64, 64x32, 32x32) that makes at least coopmat_fill_groups (192)
-    workgroups: at 512 tokens 2048 rows make 32 x 8 = 256 of 64x64 (taken), 1536 rows 192
-    (taken, the boundary), 1472 rows 184 (not: 64x32 makes 368); 576 rows make 144 of 64x32 (not)
-    and so 32x32; tiny products the smallest tile whatever it makes."""
+    """Rows narrower than coopmat_large_min_cols (2048): the largest tile of 64x64, 64x32, 32x32
+    that makes at least coopmat_fill_groups (192) workgroups: at 512 tokens 2048 rows make
+    32 x 8 = 256 of 64x64 (taken), 1536 rows 192 (taken, the boundary), 1472 rows 184 (not: 64x32
+    makes 368); 576 rows make 144 of 64x32 (not) and so 32x32; tiny products the smallest tile
+    whatever it makes."""
     tile = _core.gpu_staged_tile
     assert _core.tuning_get(FILL) == 192
     assert tile(2048, 512) == ("_t64", 64, 64)
@@ -93,10 +97,37 @@ def test_staged_tile_by_workgroups(knobs):
     _core.tuning_set(FILL, 144)
     assert tile(576, 512) == ("", 64, 32)
     _core.tuning_set(FILL, 192)
-    for forced, want in ((1, "_r32"), (2, ""), (3, "_t64")):
-        _core.tuning_set(TILE, forced)
+    forced = ((1, "_r32"), (2, ""), (3, "_t64"), (4, "_t128"))
+    for knob, want in forced:
+        _core.tuning_set(TILE, knob)
         assert tile(576, 512)[0] == want
-        assert tile(3072, 512)[0] == want
+        assert tile(3072, 512, 4096)[0] == want
+
+
+def test_staged_tile_large_tile_for_long_rows(knobs):
+    """From coopmat_large_min_cols (2048) columns the 128x128 tile leads the ladder where it
+    makes coopmat_large_fill_groups (128) workgroups: an 8B's 28672-row gate/up (224 x 4 = 896),
+    its 4096-row products (32 x 4 = 128, the boundary), a 1B's 16384-row gate/up; 3968 rows make
+    124 (not: the 64-row ladder, 64x64's 496), 2048 rows 64, and 4096 rows of 384 tokens 96.
+    Rows of 2047 columns never take it."""
+    tile = _core.gpu_staged_tile
+    assert _core.tuning_get(LARGE) == 2048
+    assert _core.tuning_get(LARGE_FILL) == 128
+    assert tile(28672, 512, 4096) == ("_t128", 128, 128)
+    assert tile(4096, 512, 14336) == ("_t128", 128, 128)
+    assert tile(16384, 512, 2048) == ("_t128", 128, 128)
+    assert tile(3968, 512, 4096) == ("_t64", 64, 64)
+    assert tile(2048, 512, 8192) == ("_t64", 64, 64)
+    assert tile(4096, 384, 4096) == ("_t64", 64, 64)
+    assert tile(28672, 512, 2047) == ("_t64", 64, 64)
+    assert tile(16, 9, 4096) == ("_r32", 32, 32)
+    _core.tuning_set(LARGE, 2049)
+    assert tile(28672, 512, 2048) == ("_t64", 64, 64)
+    assert tile(28672, 512, 2049) == ("_t128", 128, 128)
+    _core.tuning_set(LARGE_FILL, 124)
+    assert tile(3968, 512, 4096) == ("_t128", 128, 128)
+    _core.tuning_set(LARGE_FILL, 125)
+    assert tile(3968, 512, 4096) == ("_t64", 64, 64)
 
 
 SPEC = os.environ.get("DASLLAMA_TEST_VULKAN", "vulkan:llvmpipe")

@@ -211,13 +211,14 @@ void bind_gpu(py::module_& m) {
           "token rows, input stage `in_mode`) on a device with cooperative matrices when "
           "`coopmat` reads a staged float16 input panel (the knob "
           "vulkan.project.coopmat_staged and this build's stamps included).");
-    m.def("gpu_staged_tile", [](int64_t rows, int64_t n_tok) {
-              const gpu::StagedTile t = gpu::staged_tile(rows, n_tok);
+    m.def("gpu_staged_tile", [](int64_t rows, int64_t n_tok, int64_t cols) {
+              const gpu::StagedTile t = gpu::staged_tile(rows, cols, n_tok);
               return py::make_tuple(std::string(t.suffix), t.rows, t.toks);
-          }, py::arg("rows"), py::arg("n_tok"),
+          }, py::arg("rows"), py::arg("n_tok"), py::arg("cols") = 576,
           "(stamp suffix, tile rows, tile tokens) of a staged prefill product of `rows` weight "
-          "rows and `n_tok` token rows (the knobs vulkan.project.coopmat_tile and "
-          "vulkan.project.coopmat_fill_groups included).");
+          "rows `cols` wide and `n_tok` token rows (the knobs vulkan.project.coopmat_tile, "
+          "vulkan.project.coopmat_fill_groups, vulkan.project.coopmat_large_min_cols and "
+          "vulkan.project.coopmat_large_fill_groups included).");
     m.def("gpu_matvec_sub_family",
           [](int64_t rows, int64_t cols, int64_t form, int64_t sub4_min_cols,
              int64_t sub4_min_rows, int64_t split_min_cols, int64_t split_max_rows) {

@@ -44,10 +44,20 @@ const tuning::Knob& kCoopmatStaged = tuning::define(
     "vulkan.project.coopmat_staged", 2, 0, 2,
     "prefill projections on staged float16 input panels: 0 off, 1 normed/gated inputs, 2 all");
 
-// The staged products' tile shapes, largest first: they mirror the defines of the _xh, _xh_r32
-// and _xh_t64 stamps in shaders/stamps.txt (the default one is the template's own).
-constexpr StagedTile kStagedTiles[] = {
-    {"_t64", 64, 64}, {"", GK_MMC_TILE_ROWS, GK_MMC_TILE_TOKS}, {"_r32", 32, 32}};
+// The staged products' tile shapes: they mirror the defines of the _xh stamps in
+// shaders/stamps.txt (the default one is the template's own). Indexed by the knob
+// vulkan.project.coopmat_tile (entry k - 1 for k >= 1).
+constexpr StagedTile kStagedTileTable[] = {{"_r32", 32, 32},
+                                           {"", GK_MMC_TILE_ROWS, GK_MMC_TILE_TOKS},
+                                           {"_t64", 64, 64},
+                                           {"_t128", 128, 128}};
+constexpr size_t kStagedTileCount = sizeof(kStagedTileTable) / sizeof(kStagedTileTable[0]);
+// The entries of the automatic ladder: 128 x 128 (only for rows at least
+// coopmat_large_min_cols wide, from coopmat_large_fill_groups workgroups), then 64 x 64,
+// 64 x 32, 32 x 32 (from coopmat_fill_groups, largest first; the smallest whatever it makes).
+constexpr size_t kLargeTile = 3;
+constexpr size_t kFallbackTile = 2;  // where a build lacks the large tile's stamp for a format
+constexpr size_t kSmallLadder[] = {2, 1, 0};
 // Workgroups from which a staged product takes a larger tile. Measured on an H200 (132 SMs) at
 // 512 tokens: 64 x 64 tiles won from 256 workgroups (2048-3072 rows: Gemma-3's 2048-row gate,
 // 99 us against 117 us on 64 x 32), 64 x 32 at 240-256 (960-1024 rows), and 32 x 32 below (576
@@ -56,8 +66,26 @@ const tuning::Knob& kCoopmatFillGroups = tuning::define(
     "vulkan.project.coopmat_fill_groups", 192, 1, int64_t(1) << 20,
     "workgroups a staged prefill product's tile must make to be chosen over a smaller one");
 const tuning::Knob& kCoopmatTile = tuning::define(
-    "vulkan.project.coopmat_tile", 0, 0, 3,
-    "staged prefill product tiles: 0 by workgroups, 1 32x32, 2 64x32, 3 64x64");
+    "vulkan.project.coopmat_tile", 0, 0, int64_t(kStagedTileCount),
+    "staged prefill product tiles: 0 by shape, 1 32x32, 2 64x32, 3 64x64, 4 128x128");
+// The 128 x 128 tile (eight subgroups, each 64 rows x 32 tokens, K steps of 64: four times the
+// products per loaded fragment of 64 x 64, half the barriers a K walk): it needs long rows to
+// amortize its prologue and epilogue, and it wins with fewer workgroups than the SMs. Measured
+// on an H200 at 512 tokens (an 8B Q4_K, 4096 wide): its 4096-row products (128 workgroups)
+// 530-590 us against 880-1330 us on 128 x 64 tiles (256) and 1200-1740 us on 64 x 64 (512); the
+// 28672-row gate/up 1126 us (107 TFLOP/s) against 1955 us on 64 x 64; the 8B's pp512 GPU time
+// 78 ms against 98 ms on 128 x 64 and 128 x 128 tiles of K steps of 32. Against it, 128 x 128
+// on four subgroups (each 64 x 64) and 128 x 64 tiles lost by 10-40%. A 1B's (2048 wide)
+// 16384-row gate/up: 341 us against 524 us on 64 x 64; its 2048-3072-row products (64-96
+// workgroups of 128 x 128) stay on 64 x 64 (qkv 93 us against 77-122 us). 64 x 64 with K
+// steps of 64 ran its 2048 x 8192 down projection 8% faster than 64 x 64 but its other products
+// slower (not a rung). The small models' products (576-640 columns) stay on the 64-row tiles.
+const tuning::Knob& kCoopmatLargeMinCols = tuning::define(
+    "vulkan.project.coopmat_large_min_cols", 2048, 1, int64_t(1) << 30,
+    "columns from which staged prefill products may take the 128 x 128 tile");
+const tuning::Knob& kCoopmatLargeFillGroups = tuning::define(
+    "vulkan.project.coopmat_large_fill_groups", 128, 1, int64_t(1) << 20,
+    "workgroups a staged prefill product's 128 x 128 tile must make to be chosen");
 
 // Rows from which decode projections take the tall matrix-vector stamps: where staging the
 // token row once per workgroup of GK_MATVEC_ROWS rows costs more than the rows' own reads.
@@ -222,8 +250,9 @@ bool staged_panel(const std::string& format, int64_t cols, int64_t n_tok, uint32
     if (n_tok <= kMatvecMaxTokens.get() || !coopmat || kCoopmat.get() == 0 || format == "f32")
         return false;
     if (cols <= 0 || cols % kStageAlign != 0 || cols > int64_t(UINT32_MAX / 2)) return false;
-    for (const StagedTile& t : kStagedTiles) {
-        const StampInfo* st = find_stamp("matmul_" + format + "_coopmat_xh" + t.suffix);
+    for (size_t i : kSmallLadder) {  // the larger tiles fall back to these where missing
+        const StampInfo* st =
+            find_stamp("matmul_" + format + "_coopmat_xh" + kStagedTileTable[i].suffix);
         if (!st || !st->spirv) return false;
     }
     const StampInfo* stage = find_stamp("mm_stage");
@@ -246,22 +275,31 @@ void stage_input(Encoder& e, Buffer& x, uint32_t x_off, uint32_t x_stride, int64
                uint32_t(n_tok));
 }
 
-StagedTile staged_tile(int64_t rows, int64_t n_tok) {
-    constexpr size_t n = sizeof(kStagedTiles) / sizeof(kStagedTiles[0]);
+StagedTile staged_tile(int64_t rows, int64_t cols, int64_t n_tok) {
     const int64_t forced = kCoopmatTile.get();
-    if (forced > 0) return kStagedTiles[n - size_t(forced)];
+    if (forced > 0) return kStagedTileTable[size_t(forced) - 1];
+    auto groups = [&](size_t i) {
+        const StagedTile& t = kStagedTileTable[i];
+        return int64_t(ceil_div(rows, t.rows)) * int64_t(ceil_div(n_tok, t.toks));
+    };
+    if (cols >= kCoopmatLargeMinCols.get() && groups(kLargeTile) >= kCoopmatLargeFillGroups.get())
+        return kStagedTileTable[kLargeTile];
     const int64_t want = kCoopmatFillGroups.get();
-    for (size_t i = 0; i + 1 < n; ++i) {
-        const StagedTile& t = kStagedTiles[i];
-        if (int64_t(ceil_div(rows, t.rows)) * int64_t(ceil_div(n_tok, t.toks)) >= want) return t;
-    }
-    return kStagedTiles[n - 1];
+    for (size_t i : kSmallLadder)
+        if (i == 0 || groups(i) >= want) return kStagedTileTable[i];
+    return kStagedTileTable[0];
 }
 
 void project_staged(Encoder& e, const DeviceMatrix& m, Buffer& panel, Buffer& y, uint32_t y_off,
                     uint32_t y_stride, int64_t n_tok, bool accumulate, Buffer& unused) {
-    const StagedTile tile = staged_tile(m.rows, n_tok);
-    const StampInfo& st = require_stamp("matmul_" + m.format + "_coopmat_xh" + tile.suffix);
+    StagedTile tile = staged_tile(m.rows, m.cols, n_tok);
+    const std::string base = "matmul_" + m.format + "_coopmat_xh";
+    const StampInfo* found = find_stamp(base + tile.suffix);
+    if (!found || !found->spirv) {  // a tile this build has no stamp of: the 64 x 64 one
+        tile = kStagedTileTable[kFallbackTile];
+        found = &require_stamp(base + tile.suffix);
+    }
+    const StampInfo& st = *found;
     for (const DeviceMatrix::Split& s : m.splits) {
         gk_args::matmul_coopmat a{};
         a.rows = uint32_t(s.rows);

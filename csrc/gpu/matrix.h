@@ -108,16 +108,18 @@ struct StagedTile {
     uint32_t rows, toks;
 };
 
-// The tile shape a staged product of `rows` weight rows and `n_tok` token rows takes: the
-// largest (64 x 64, 64 x 32, 32 x 32) that still makes vulkan.project.coopmat_fill_groups
-// workgroups, else the smallest; narrow outputs need small tiles to occupy the GPU, wide ones
-// gain from reusing each loaded tile longer. The knob vulkan.project.coopmat_tile forces one
-// (1: 32 x 32, 2: 64 x 32, 3: 64 x 64). A pure function of its arguments and the knobs.
-StagedTile staged_tile(int64_t rows, int64_t n_tok);
+// The tile shape a staged product of `rows` weight rows `cols` wide and `n_tok` token rows
+// takes: 128 x 128 for rows at least vulkan.project.coopmat_large_min_cols wide where it makes
+// vulkan.project.coopmat_large_fill_groups workgroups; else the largest of 64 x 64, 64 x 32 and
+// 32 x 32 that still makes vulkan.project.coopmat_fill_groups workgroups, else the smallest:
+// narrow outputs need small tiles to occupy the GPU, wide ones gain from reusing each loaded
+// tile longer. The knob vulkan.project.coopmat_tile forces one (1: 32 x 32, 2: 64 x 32,
+// 3: 64 x 64, 4: 128 x 128). A pure function of its arguments and the knobs.
+StagedTile staged_tile(int64_t rows, int64_t cols, int64_t n_tok);
 
 // project() of a staged panel (rows m.cols halves apart, as stage_input() wrote them) on the
-// matmul_<fmt>_coopmat_xh stamps of staged_tile(); staged_panel() must have said yes for this
-// matrix.
+// matmul_<fmt>_coopmat_xh stamps of staged_tile() (the 64 x 64 one where this build lacks the
+// tile's stamp for the format); staged_panel() must have said yes for this matrix.
 void project_staged(Encoder& e, const DeviceMatrix& m, Buffer& panel, Buffer& y, uint32_t y_off,
                     uint32_t y_stride, int64_t n_tok, bool accumulate, Buffer& unused);
 

@@ -22,7 +22,9 @@
 // Measured on an H200 (pp512 of SmolLM2-135M and Gemma-3-270M): 64 x 32 tiles ran faster than
 // 64 x 64, 32 x 32 and 128 x 64 ones (prefill matrices are narrow: more workgroups beat larger
 // tiles), K steps of 32 faster than 64, and a second set of tiles (one barrier a step instead
-// of two) slower.
+// of two) slower. Long rows with many of them (an 8B's 4096-14336 columns, 4096-28672 rows)
+// turn that round: the _t128 stamps (128 x 128 on eight subgroups, K steps of 64) ran the 8B's
+// products 1.6-2.4x faster than 64 x 64 (csrc/gpu/matrix.cpp, coopmat_large_min_cols).
 // Workgroup memory: (64 + 32) * 40 * 2 + 32 * 4 + 4 * 256 * 4 bytes = 11.6 KiB.
 //
 // GK_MMC_XH=1 (stamps matmul_<fmt>_coopmat_xh): x is a float16 panel that mm_stage.gk.h wrote
@@ -48,12 +50,16 @@
 #ifndef GK_MMC_BK
 #define GK_MMC_BK 32u
 #endif
-// The four subgroups as a WARPS_R x (4 / WARPS_R) grid over the tile; each holds ACC_R x ACC_T
-// accumulators of 16 x 16.
+// The workgroup's subgroups (GK_MMC_WARPS of 32: four, or eight with GK_MMC_WG=256) as a
+// WARPS_R x (WARPS / WARPS_R) grid over the tile; each holds ACC_R x ACC_T accumulators of
+// 16 x 16.
+#ifndef GK_MMC_WARPS
+#define GK_MMC_WARPS 4u
+#endif
 #ifndef GK_MMC_WARPS_R
 #define GK_MMC_WARPS_R 4u
 #endif
-#define GK_MMC_WARPS_T (4u / GK_MMC_WARPS_R)
+#define GK_MMC_WARPS_T (GK_MMC_WARPS / GK_MMC_WARPS_R)
 #define GK_MMC_ACC_R (GK_MMC_TILE_ROWS / GK_MMC_WARPS_R / 16u)
 #define GK_MMC_ACC_T (GK_MMC_TILE_TOKS / GK_MMC_WARPS_T / 16u)
 // Row stride of w_s and x_s in half4 units: BK halves and eight of padding.
@@ -64,7 +70,11 @@
 // Runs of four x values per thread and step (float32 x), or of eight (the float16 panel).
 #define GK_MMC_XRUNS (GK_MMC_TILE_TOKS * GK_MMC_BK / 4u / GK_WG)
 #define GK_MMC_XRUNS8 (GK_MMC_TILE_TOKS * GK_MMC_BK / 8u / GK_WG)
-#define GK_WG 128
+// Threads a workgroup: 32 GK_MMC_WARPS (a stamp of eight subgroups sets both).
+#ifndef GK_MMC_WG
+#define GK_MMC_WG 128
+#endif
+#define GK_WG GK_MMC_WG
 #if GK_MMC_XH
 #define GK_MMC_X_TYPE uint4
 #else
@@ -79,7 +89,7 @@
 #define GK_SHARED(S) S(half4, w_s, GK_MMC_TILE_ROWS * GK_MMC_S4) \
                      S(half4, x_s, GK_MMC_TILE_TOKS * GK_MMC_S4) \
                      S(float, tok_inv, GK_MMC_TILE_TOKS) \
-                     S(float, st_s, 4u * 256u)
+                     S(float, st_s, GK_MMC_WARPS * 256u)
 
 #ifdef GK_BODY
 // The step at column kb into registers: wr[4v + j] holds elements 4j.. of this thread's unit v
@@ -205,7 +215,7 @@ GK_KERNEL(matmul_coopmat, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     uint tok0 = GK_GROUP_ID.y * GK_MMC_TILE_TOKS;
     uint row_bytes = GK_FMT_ROW_BYTES(args.cols);
     uint n_units = GK_FMT_UNITS(args.cols);
-    // This subgroup's part of the tile (the kernel assumes four subgroups of 32).
+    // This subgroup's part of the tile (the kernel assumes GK_MMC_WARPS subgroups of 32).
     uint sg = GK_SUBGROUP_ID;
     uint sg_row = (sg % GK_MMC_WARPS_R) * (16u * GK_MMC_ACC_R);
     uint sg_tok = (sg / GK_MMC_WARPS_R) * (16u * GK_MMC_ACC_T);
