@@ -71,9 +71,8 @@ void Decoder::set_audio(const float* enc, ThreadPool& pool) {
     kv_rows_.resize(size_t(n * 2 * d));
     for (int64_t i = 0; i < c.n_text_layer; ++i) {
         nn::linear(w_.dec[size_t(i)].cross_kv, enc, n, kv_rows_.data(), pool, w_.precision);
-        // the int8 lane's decoding steps read the cache in half precision (attention_full.h)
         cross_[size_t(i)].assign(kv_rows_.data(), kv_rows_.data() + d, 2 * d, n, c.n_text_head,
-                                 d / c.n_text_head, w_.compute == ComputeType::kInt8);
+                                 d / c.n_text_head);
     }
     has_audio_ = true;
     reset();
