@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,26 @@ void bind_asr(py::module_& m) {
                  return to_array(mel, {py::ssize_t(n_mels), py::ssize_t(mel.size() / n_mels)});
              },
              py::arg("audio"), "audio [n] at 16 kHz -> log-mel [n_mels, n // hop + 1]")
+        .def("log_mel_frames",
+             [](WhisperModel& w, const FloatArray& span, int64_t offset, int64_t n, int64_t f0,
+                int64_t nf, std::optional<float> top) {
+                 if (span.ndim() != 1)
+                     throw ShapeError("log_mel_frames: span must be 1-D float32 samples, got " +
+                                      std::to_string(span.ndim()) + "-D");
+                 std::vector<float> out;
+                 {
+                     py::gil_scoped_release nogil;
+                     w.log_mel_frames(span.data(), offset, int64_t(span.size()), n, f0, nf,
+                                      top.has_value(), top.value_or(0.0f), out);
+                 }
+                 return to_array(out, {py::ssize_t(w.config().n_mels), py::ssize_t(nf)});
+             },
+             py::arg("span"), py::arg("offset"), py::arg("n"), py::arg("f0"), py::arg("nf"),
+             py::arg("top") = py::none(),
+             "frames [f0, f0 + nf) of log_mel's output for a clip of n samples, from span: "
+             "samples [offset, offset + len(span)) of the clip -> [n_mels, nf]. top=None: the "
+             "values before the clamp (log10); else clamped as log_mel clamps a clip whose "
+             "largest such value is top. Frames in log_mel's stretches of 3000 are equal to it.")
         .def("encode",
              [](WhisperModel& w, const FloatArray& window, bool set_window) {
                  const auto& c = w.config();

@@ -1,6 +1,7 @@
 #include "nn/attention_full.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -54,8 +55,9 @@ void softmax_rows(float* s, int64_t rows, int64_t n, ThreadPool& pool) {
     });
 }
 
-// Up to this many queries (a decoding step), heads are split over the threads and each runs
-// plain dot products: two matmul pool rounds per head cost more than the work.
+// Up to this many queries (a decoding step), heads are handed to the threads in one pool
+// round and each runs plain dot products: two matmul pool rounds per head cost more than the
+// work. Heads are claimed one at a time, so a descheduled thread holds none up.
 constexpr int64_t kFewQueries = 8;
 
 void attend_few(const HeadKV& kv, const float* q, int64_t ld_q, int64_t n_q, float scale,
@@ -63,8 +65,9 @@ void attend_few(const HeadKV& kv, const float* q, int64_t ld_q, int64_t n_q, flo
     const int64_t hd = kv.head_dim(), n_kv = kv.n_kv(), n_head = kv.n_head();
     sc.scores.resize(size_t(n_head * n_kv));
     sc.q.resize(size_t(n_head * hd));
-    pool.run([&](int t, int nt) {
-        for (int64_t h = t; h < n_head; h += nt) {
+    std::atomic<int64_t> next{0};
+    pool.run([&](int, int) {
+        for (int64_t h; (h = next.fetch_add(1, std::memory_order_relaxed)) < n_head;) {
             float* p = sc.scores.data() + h * n_kv;
             float* qh = sc.q.data() + h * hd;
             const float* k = reinterpret_cast<const float*>(kv.keys(h).data);

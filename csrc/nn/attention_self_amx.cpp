@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cpu/amx_x86.h"
 #include "nn/attention_self.h"
 
 // GCC 12 reports the _mm512_undefined_* placeholders inside its own AVX-512 intrinsics as
@@ -24,39 +25,10 @@ namespace dasllama::nn::self_attn {
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
 namespace {
 
-constexpr int64_t kTileElems = 16 * 32;   // bf16 values in one 16 x 64-byte tile
-
-struct alignas(64) TileConfig {
-    uint8_t palette = 1, start_row = 0;
-    uint8_t reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-};
-
-void load_config() {
-    TileConfig cfg;
-    for (int t = 0; t < 8; ++t) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
-}
-
-// float32 -> bfloat16, rounded to nearest even (finite inputs).
-inline uint16_t to_bf16(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return uint16_t(u >> 16);
-}
-
-// 16 floats -> 16 bf16, rounded to nearest even.
-inline __m256i to_bf16x16(__m512 x) {
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
+using cpu::amx_x86::kTileElems;
+using cpu::amx_x86::load_config;
+using cpu::amx_x86::to_bf16;
+using cpu::amx_x86::to_bf16x16;
 
 // exp(x) for x in [-87.3, 88.3] (clamped there): simd_x86.h's exp_avx2 on 16 lanes (x = n ln2
 // + r, Cephes' degree-6 polynomial for exp(r), 2^n in the exponent bits; about 1 ulp).

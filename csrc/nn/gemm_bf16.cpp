@@ -8,6 +8,7 @@
 #include "core/cpu_features.h"
 #include "core/errors.h"
 #include "core/thread_pool.h"
+#include "cpu/amx_x86.h"
 
 namespace dasllama::nn {
 
@@ -17,13 +18,7 @@ constexpr int64_t kTile = 16;        // rows of a tile
 constexpr int64_t kPair = 32;        // bfloat16 values in a tile line (64 bytes)
 constexpr int64_t kTokenBlock = 32;  // tokens per task: two token tiles
 
-// float32 -> bfloat16, rounded to nearest even (finite values).
-uint16_t to_bf16(float v) {
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return uint16_t(u >> 16);
-}
+using cpu::amx_x86::to_bf16;
 
 const gemm_amx::Kernels* chosen() {
 #if defined(DASLLAMA_X86)

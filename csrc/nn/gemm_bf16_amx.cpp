@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cpu/amx_x86.h"
 #include "nn/gemm_bf16.h"
 
 // GCC 12 reports the _mm512_undefined_* placeholders inside its own AVX-512 intrinsics as
@@ -17,30 +18,9 @@ namespace dasllama::nn::gemm_amx {
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
 namespace {
 
-constexpr int64_t kTileElems = 16 * 32;
-
-struct alignas(64) TileConfig {
-    uint8_t palette = 1, start_row = 0;
-    uint8_t reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-};
-
-void load_config() {
-    TileConfig cfg;
-    for (int t = 0; t < 8; ++t) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
-}
-
-inline __m256i to_bf16x16(__m512 x) {
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
+using cpu::amx_x86::kTileElems;
+using cpu::amx_x86::load_config;
+using cpu::amx_x86::to_bf16x16;
 
 void round_rows_amx(const float* x, int64_t n, int64_t n_pad, int64_t cols, uint16_t* out) {
     for (int64_t t = 0; t < n; ++t)

@@ -48,6 +48,12 @@ void PowerSpectrum::compute(const float* audio, int64_t n, std::vector<float>& p
 
 void PowerSpectrum::compute_frames(const float* audio, int64_t n, int64_t zeros, int64_t f0,
                                    int64_t nf, std::vector<float>& power, ThreadPool& pool) {
+    compute_frames(audio, 0, n, n, zeros, f0, nf, power, pool);
+}
+
+void PowerSpectrum::compute_frames(const float* span, int64_t offset, int64_t avail, int64_t n,
+                                   int64_t zeros, int64_t f0, int64_t nf,
+                                   std::vector<float>& power, ThreadPool& pool) {
     const int64_t half = n_fft_ / 2, total = n + zeros;
     if (n < 0 || zeros < 0 || total <= half)
         throw ShapeError("stft: " + std::to_string(total) + " samples are too few for centered "
@@ -59,12 +65,27 @@ void PowerSpectrum::compute_frames(const float* audio, int64_t n, int64_t zeros,
     // Samples [f0 * hop - half, (f0 + nf - 1) * hop - half + n_fft) of the centered signal,
     // reflected about its first and last samples as compute() pads it.
     const int64_t first = f0 * hop_ - half, count = (nf - 1) * hop_ + n_fft_;
+    const auto source = [&](int64_t i) {   // the signal's sample behind padded row i
+        const int64_t p = first + i;
+        return p < 0 ? -p : p >= total ? 2 * (total - 1) - p : p;
+    };
+    int64_t lo = n, hi = -1;   // the span of real samples the frames read
+    for (int64_t i = 0; i < count; ++i) {
+        const int64_t p = source(i);
+        if (p < n) {
+            lo = std::min(lo, p);
+            hi = std::max(hi, p);
+        }
+    }
+    if (offset < 0 || avail < 0 || (hi >= lo && (lo < offset || hi >= offset + avail)))
+        throw ShapeError("stft: frames [" + std::to_string(f0) + ", " + std::to_string(f0 + nf) +
+                         ") read samples [" + std::to_string(lo) + ", " + std::to_string(hi + 1) +
+                         "), outside the " + std::to_string(avail) + " samples at hand from " +
+                         std::to_string(offset));
     padded_.resize(size_t(count));
     for (int64_t i = 0; i < count; ++i) {
-        int64_t p = first + i;
-        if (p < 0) p = -p;
-        else if (p >= total) p = 2 * (total - 1) - p;
-        padded_[size_t(i)] = p < n ? audio[p] : 0.0f;
+        const int64_t p = source(i);
+        padded_[size_t(i)] = p < n ? span[p - offset] : 0.0f;
     }
     spectrum_.resize(size_t(nf * 2 * n_bins()));
     cpu::matmul_f32_strided(basis_, padded_.data(), hop_, nf, spectrum_.data(), pool);

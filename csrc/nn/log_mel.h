@@ -39,6 +39,12 @@ public:
     // compute() does, and for frames outside [0, n_frames(n + zeros)).
     void compute_frames(const float* audio, int64_t n, int64_t zeros, int64_t f0, int64_t nf,
                         std::vector<float>& power, ThreadPool& pool);
+    // The same frames when only samples [offset, offset + avail) of the signal are at hand
+    // (span[0] is sample offset): a stream held a stretch at a time. Throws ShapeError, as
+    // above, and when the frames read a sample outside the span.
+    void compute_frames(const float* span, int64_t offset, int64_t avail, int64_t n,
+                        int64_t zeros, int64_t f0, int64_t nf, std::vector<float>& power,
+                        ThreadPool& pool);
 
 private:
     void spectrum_to_power(int64_t frames, std::vector<float>& power);

@@ -54,6 +54,12 @@ the language that was best in most windows wins, with its highest probability.
 in it. English-only models (whisper-tiny.en) know no language or task tokens: ``language`` must
 be None or "en" and ``task`` "transcribe".
 
+Long files run in bounded memory (:mod:`dasllama.asr_stream`): the audio is decoded and
+resampled block by block, and the log-mel computed a 30 s stretch at a time as the windows
+need it, in two passes over the stream (the clamp to the clip's maximum needs the maximum
+first; a file is decoded twice, three times with the VAD filter). A 3-hour file takes a few
+MB beyond the model, not its samples (a gigabyte) and its log-mel (350 MB).
+
 A CTranslate2 directory is converted once to a GGUF in the cache (its name carries the
 source's path, size and modification time), then read from there.
 
@@ -70,11 +76,11 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _core, asr_words as _words, audio as _audio, models
+from . import _core, asr_stream as _stream, asr_words as _words, audio as _audio, models
 from .asr_words import Word
 from .errors import DasllamaError
 
@@ -321,9 +327,10 @@ class ASR:
         return [self.tokens["sot"], self.languages[language], self.tokens[task]]
 
     # ------------------------------------------------------------------ language
-    def _window(self, mel: np.ndarray, start: int, frames: int) -> np.ndarray:
+    def _window(self, frames: np.ndarray) -> np.ndarray:
+        """frames [n_mels, n <= a window] padded with zeros to a whole window."""
         window = np.zeros((self.config["n_mels"], self.config["n_frames"]), dtype=np.float32)
-        window[:, :frames] = mel[:, start:start + frames]
+        window[:, :frames.shape[1]] = frames
         return window
 
     def _language_probs_of_window(self) -> List[Tuple[str, float]]:
@@ -354,24 +361,49 @@ class ASR:
         if not self.multilingual:
             raise ASRError(f"{self.path.name} is English-only: it has no language tokens to "
                            "detect a language with")
-        return self._detect(self._mel_of(audio, features, sample_rate),
+        return self._detect(self._frames_of(audio, features, sample_rate),
                             language_detection_segments, language_detection_threshold)[:3]
 
-    def _mel_of(self, audio, features, sample_rate) -> np.ndarray:
+    def _frames_of(self, audio, features, sample_rate) -> "_ClipFrames":
         if audio is None and features is None:
             raise ASRError("detect_language: pass audio or features")
         if audio is not None:
-            samples = _audio.load(audio, SAMPLE_RATE, source_rate=sample_rate)
-            with self._lock:
-                return self.model.log_mel(samples)
+            stream = _audio.open_stream(audio, SAMPLE_RATE, source_rate=sample_rate)
+            return self._clip_frames(stream, self._scan(stream))
         mel = np.asarray(features, dtype=np.float32)
         if mel.ndim != 2 or mel.shape[0] != self.config["n_mels"]:
             raise ASRError(f"features: expected [{self.config['n_mels']}, frames], got "
                            f"{list(mel.shape)}")
-        return mel
+        return _ClipFrames(mel.shape[1], lambda start, count: mel[:, start:start + count])
 
-    def _detect(self, mel: np.ndarray, segments: int, threshold: float):
-        """detect_language on a whole-clip mel; also returns the first window's encoder
+    # ------------------------------------------------------------------ the front end
+    def _scan(self, stream) -> "_stream.Scan":
+        """The first pass over a clip's stream (asr_stream.scan): its length and log-mel
+        maximum."""
+        clock = time.perf_counter()
+        try:
+            return _stream.scan(self.model, stream, self.config["hop_length"],
+                                self.config["n_fft"], self._lock)
+        finally:
+            self._stats["mel_seconds"] += time.perf_counter() - clock
+
+    def _mel_frames(self, stream, clip) -> "_stream.MelFrames":
+        return _stream.MelFrames(self.model, stream, clip, self.config["hop_length"],
+                                 self.config["n_fft"], self._lock)
+
+    def _clip_frames(self, stream, clip) -> "_ClipFrames":
+        """The clip's log-mel frames for language detection: a pass of their own over the
+        stream (only the frames detection reads are computed). A clip too short for a frame
+        (the VAD kept nothing) stands as faster-whisper's features of no audio: one frame of
+        silence."""
+        if clip.top is None:
+            silent = np.full((self.config["n_mels"], 1), SILENT_MEL, dtype=np.float32)
+            return _ClipFrames(1, lambda start, count: silent[:, start:start + count])
+        mel = self._mel_frames(stream, clip)
+        return _ClipFrames(mel.n_frames, mel.frames)
+
+    def _detect(self, mel: "_ClipFrames", segments: int, threshold: float):
+        """detect_language on a clip's log-mel frames; also returns the first window's encoder
         output and window, which the first decoding window may reuse."""
         if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
             raise ASRError(f"language_detection_segments {segments!r} is not a positive "
@@ -381,11 +413,11 @@ class ASR:
             raise ASRError(f"language_detection_threshold {threshold!r} is not a number in "
                            "[0, 1]")
         n_window = self.config["n_frames"]
-        frames = min(mel.shape[1], segments * n_window)
+        frames = min(mel.n_frames, segments * n_window)
         votes: dict = {}
         first = None
         for start in range(0, max(frames, 1), n_window):
-            window = self._window(mel, start, min(n_window, frames - start))
+            window = self._window(mel.frames(start, min(n_window, frames - start)))
             clock = time.perf_counter()
             with self._lock:
                 enc = self.model.encode(window)
@@ -487,18 +519,19 @@ class ASR:
         if unsupported:
             raise ASRError("not supported by this version: " + "; ".join(unsupported))
         self._check_task(language, task)
-        samples = _audio.load(audio, SAMPLE_RATE, source_rate=sample_rate)
-        duration = samples.size / SAMPLE_RATE
-        vad_opts, speech_map = None, None
+        stream = _audio.open_stream(audio, SAMPLE_RATE, source_rate=sample_rate)
+        vad_opts, speech_map, n_original = None, None, None
         if vad_filter:   # transcribe the speech chunks as one clip (faster-whisper's way)
             from . import vad as _vad
             try:
                 vad_opts = _vad.vad_options(vad_parameters)
             except _vad.VADError as e:
                 raise ASRError(str(e)) from None
-            chunks = _vad.default_vad().speech_chunks(samples, vad_opts)
-            samples = _vad.collect_chunks(samples, chunks)
+            chunks, n_original = _stream.speech_chunks(_vad.default_vad(), stream, vad_opts)
+            stream = _stream.SpeechStream(stream, chunks)
             speech_map = _vad.SpeechTimestampsMap(chunks, SAMPLE_RATE)
+        clip = self._scan(stream)
+        duration = (clip.n_samples if n_original is None else n_original) / SAMPLE_RATE
         options = TranscriptionOptions(
             beam_size=beam_size, best_of=best_of, seed=seed, patience=patience,
             length_penalty=length_penalty, temperatures=temps,
@@ -515,24 +548,21 @@ class ASR:
             append_punctuations=append_punctuations,
             hallucination_silence_threshold=(None if hallucination_silence_threshold is None
                                              else float(hallucination_silence_threshold)))
-        probability, all_probs, mel, first = 1.0, None, None, None
+        probability, all_probs, first = 1.0, None, None
         if language is None and self.multilingual:
             # faster-whisper detects on the whole clip's mel (its last frame included), so the
             # first window differs from the first decoding window unless the clip fills it
-            if samples.size:
-                with self._lock:
-                    mel = self.model.log_mel(samples)
-            else:   # the VAD kept nothing: faster-whisper's features of no audio, one frame
-                mel = np.full((self.config["n_mels"], 1), SILENT_MEL, dtype=np.float32)
             language, probability, all_probs, first = self._detect(
-                mel, language_detection_segments, language_detection_threshold)
+                self._clip_frames(stream, clip), language_detection_segments,
+                language_detection_threshold)
         language = language or "en"
         info = TranscriptionInfo(language=language, language_probability=probability,
-                                 duration=duration, duration_after_vad=samples.size / SAMPLE_RATE,
+                                 duration=duration,
+                                 duration_after_vad=clip.n_samples / SAMPLE_RATE,
                                  all_language_probs=all_probs, transcription_options=options,
                                  vad_options=vad_opts)
-        task_state = _Task(self._sot_sequence(language, task), mel, first, language)
-        segments = self._segments(samples, options, task_state)
+        task_state = _Task(self._sot_sequence(language, task), first, language)
+        segments = self._segments(stream, clip, options, task_state)
         if speech_map is not None:
             segments = self._restore_times(segments, speech_map)
         return segments, info
@@ -621,31 +651,26 @@ class ASR:
                     compression_ratio(self.decode_tokens(tokens).strip()))
         return decode_with_fallback(decode, o)
 
-    def _segments(self, samples: np.ndarray, o: TranscriptionOptions,
+    def _segments(self, stream, clip: "_stream.Scan", o: TranscriptionOptions,
                   task: Optional["_Task"] = None) -> Iterator[Segment]:
         start = time.perf_counter()
         try:
-            yield from self._window_loop(samples, o, task or _Task([self.tokens["sot"]]))
+            yield from self._window_loop(stream, clip, o, task or _Task([self.tokens["sot"]]))
         finally:
             self._stats["wall_seconds"] += time.perf_counter() - start
-            self._stats["audio_seconds"] += samples.size / SAMPLE_RATE
+            self._stats["audio_seconds"] += clip.n_samples / SAMPLE_RATE
 
-    def _window_loop(self, samples: np.ndarray, o: TranscriptionOptions,
+    def _window_loop(self, stream, clip: "_stream.Scan", o: TranscriptionOptions,
                      task: "_Task") -> Iterator[Segment]:
         # The model's state (its window) lives from an encode to the generate after it; the
         # lock covers that pair and nothing across a yield, so several transcriptions may be
         # iterated in turns, and threads take turns window by window.
         cfg = self.config
         hop = cfg["hop_length"]
-        content_frames = samples.size // hop   # the mel's last frame is the appended hop's
+        content_frames = clip.n_samples // hop   # the mel's last frame is the appended hop's
         if content_frames == 0:
             return
-        clock = time.perf_counter()
-        mel = task.mel
-        if mel is None:
-            with self._lock:
-                mel = self.model.log_mel(samples)
-        self._stats["mel_seconds"] += time.perf_counter() - clock
+        mel = self._mel_frames(stream, clip)   # the second pass, window by window
         sot_sequence = list(task.sot_sequence)
         n_window = cfg["n_frames"]
         max_initial = int(round(o.max_initial_timestamp / TIME_PRECISION))
@@ -660,8 +685,9 @@ class ASR:
         while seek < content_frames:
             time_offset = seek * (hop / SAMPLE_RATE)   # faster-whisper's arithmetic
             segment_size = min(n_window, content_frames - seek)
-            window = np.zeros((cfg["n_mels"], n_window), dtype=np.float32)
-            window[:, :segment_size] = mel[:, seek:seek + segment_size]
+            clock = time.perf_counter()
+            window = self._window(mel.frames(seek, segment_size))
+            self._stats["mel_seconds"] += time.perf_counter() - clock
             prefix = self._prefix(o, seek == 0)
             previous_seek = seek
             with self._lock:
@@ -728,9 +754,16 @@ class ASR:
 @dataclass
 class _Task:
     """What one transcription decodes with: its start-of-transcript sequence, and what
-    language detection already computed (the clip's mel; the first window and its encoder
-    output), so that it is not computed twice."""
+    language detection already computed (the first window and its encoder output), so that
+    it is not computed twice."""
     sot_sequence: List[int]
-    mel: Optional[np.ndarray] = None
     first: Optional[Tuple[np.ndarray, np.ndarray]] = None
     language: str = "en"   # how word timestamps split words
+
+
+@dataclass
+class _ClipFrames:
+    """A clip's log-mel frames as language detection reads them: n_frames, and
+    frames(start, count) -> [n_mels, count]."""
+    n_frames: int
+    frames: Callable[[int, int], np.ndarray]

@@ -476,9 +476,15 @@ class VAD:
         o = vad_options(options)
         x = _mono(samples, "audio")
         padded = np.pad(x, (0, WINDOW - x.size % WINDOW))
-        probs = self._probabilities(padded)
+        return self.chunks_from_probabilities(self._probabilities(padded), x.size, o)
+
+    def chunks_from_probabilities(self, probs: Sequence[float], n_samples: int,
+                                  options=None) -> List[Dict[str, int]]:
+        """speech_chunks' rules on probabilities already computed (those of a clip of
+        ``n_samples`` samples in faster-whisper's framing, e.g. from a stream)."""
+        o = vad_options(options)
         return speech_timestamps_from_probs(
-            probs.tolist(), x.size, threshold=o.threshold,
+            np.asarray(probs).tolist(), n_samples, threshold=o.threshold,
             min_speech_duration_ms=o.min_speech_duration_ms,
             max_speech_duration_s=o.max_speech_duration_s,
             min_silence_duration_ms=o.min_silence_duration_ms, speech_pad_ms=o.speech_pad_ms,

@@ -309,6 +309,33 @@ TEST(attend_all_matches_double) {
     }
 }
 
+TEST(power_spectrum_frames_from_a_span_equal_the_whole_signal) {
+    ThreadPool pool(2);
+    const int64_t n = 5000, zeros = 160;
+    auto x = randn(size_t(n), 19, 0.3f);
+    nn::PowerSpectrum stft(400, 160);
+    std::vector<float> whole, part;
+    const int64_t frames = stft.n_frames(n + zeros);
+    for (int64_t f0 : {int64_t(0), int64_t(10), frames - 4}) {
+        stft.compute_frames(x.data(), n, zeros, f0, 4, whole, pool);
+        // the samples those frames read: [f0 * hop - 200, (f0 + 3) * hop + 200) inside the clip
+        const int64_t lo = std::max<int64_t>(0, f0 * 160 - 200);
+        const int64_t hi = std::min<int64_t>(n, (f0 + 3) * 160 + 200);
+        stft.compute_frames(x.data() + lo, lo, hi - lo, n, zeros, f0, 4, part, pool);
+        CHECK_MSG(part == whole, "compute_frames from samples [" + std::to_string(lo) + ", " +
+                                     std::to_string(hi) + ") != from the whole clip");
+        // control: the span one sample late is not the same signal
+        if (lo + 1 < n && hi + 1 <= n) {
+            stft.compute_frames(x.data() + lo + 1, lo, hi - lo, n, zeros, f0, 4, part, pool);
+            CHECK(part != whole);
+        }
+        if (f0 > 0)   // a span that starts one sample too late is refused
+            CHECK_THROWS_AS(stft.compute_frames(x.data() + lo + 1, lo + 1, hi - lo - 1, n, zeros,
+                                                f0, 4, part, pool),
+                            ShapeError);
+    }
+}
+
 TEST(layer_norm_and_gelu_match_double) {
     ThreadPool pool(2);
     const int64_t rows = 7, n = 64;

@@ -23,16 +23,35 @@ void MelFrontEnd::compute(const float* audio, int64_t n, std::vector<float>& mel
     float top = -std::numeric_limits<float>::infinity();
     for (int64_t f0 = 0; f0 < frames; f0 += kChunkFrames) {
         const int64_t nf = std::min(kChunkFrames, frames - f0);
-        stft_.compute_frames(audio, n, hop_, f0, nf, power_, pool);
-        nn::mel_log10(w_.mel_filters, power_.data(), nf, kPowerFloor, logmel_, pool);
-        for (int64_t f = 0; f < nf; ++f)
-            for (int64_t m = 0; m < n_mels; ++m) {
-                const float v = logmel_[size_t(f * n_mels + m)];
-                top = std::max(top, v);
-                mel[size_t(m * frames + f0 + f)] = v;
-            }
+        raw_frames(audio, 0, n, n, f0, nf, stretch_, pool);
+        for (int64_t m = 0; m < n_mels; ++m) {
+            const float* row = stretch_.data() + m * nf;
+            for (int64_t f = 0; f < nf; ++f) top = std::max(top, row[f]);
+            std::copy(row, row + nf, mel.begin() + m * frames + f0);
+        }
     }
-    for (float& v : mel) v = (std::max(v, top - kDynamicRange) + 4.0f) / 4.0f;
+    finish(mel.data(), int64_t(mel.size()), top);
+}
+
+void MelFrontEnd::raw_frames(const float* span, int64_t offset, int64_t avail, int64_t n,
+                             int64_t f0, int64_t nf, std::vector<float>& out, ThreadPool& pool) {
+    if (n < 0) throw ShapeError("whisper mel: negative sample count " + std::to_string(n));
+    const int64_t n_mels = w_.cfg.n_mels;
+    if (f0 < 0 || nf <= 0 || f0 + nf > n_frames(n))
+        throw ShapeError("whisper mel: frames [" + std::to_string(f0) + ", " +
+                         std::to_string(f0 + nf) + ") of a clip of " +
+                         std::to_string(n_frames(n)) + " frames");
+    stft_.compute_frames(span, offset, avail, n, hop_, f0, nf, power_, pool);
+    nn::mel_log10(w_.mel_filters, power_.data(), nf, kPowerFloor, logmel_, pool);
+    out.resize(size_t(n_mels * nf));
+    for (int64_t f = 0; f < nf; ++f)
+        for (int64_t m = 0; m < n_mels; ++m)
+            out[size_t(m * nf + f)] = logmel_[size_t(f * n_mels + m)];
+}
+
+void MelFrontEnd::finish(float* v, int64_t count, float top) {
+    const float low = top - kDynamicRange;
+    for (int64_t i = 0; i < count; ++i) v[i] = (std::max(v[i], low) + 4.0f) / 4.0f;
 }
 
 void cut_window(const float* mel, int64_t n_mels, int64_t total, int64_t seek, int64_t size,

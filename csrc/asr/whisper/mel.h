@@ -31,12 +31,21 @@ public:
     int64_t n_frames(int64_t n) const { return n / hop_ + 1; }
     // audio [n] -> mel [n_mels, n_frames(n)] (resized). Throws ShapeError for n < 0.
     void compute(const float* audio, int64_t n, std::vector<float>& mel, ThreadPool& pool);
+    // Frames [f0, f0 + nf) of compute()'s mel of a clip of n samples, before the clamp (the
+    // log10 values), from the samples [offset, offset + avail) at span: out [n_mels, nf]
+    // (resized). compute() makes its frames in stretches of kChunkFrames; the same stretches
+    // taken here give the same values. Throws ShapeError for frames outside the clip or
+    // samples outside the span.
+    void raw_frames(const float* span, int64_t offset, int64_t avail, int64_t n, int64_t f0,
+                    int64_t nf, std::vector<float>& out, ThreadPool& pool);
+    // Raw values v [count] -> compute()'s: clamped to top - kDynamicRange, mapped by (x + 4) / 4.
+    static void finish(float* v, int64_t count, float top);
 
 private:
     const WhisperWeights& w_;
     int64_t hop_;
     nn::PowerSpectrum stft_;
-    std::vector<float> power_, logmel_;   // one stretch each
+    std::vector<float> power_, logmel_, stretch_;   // one stretch each
 };
 
 // frames [seek, seek + size) of mel [n_mels, total] into out [n_mels, window] (resized), zeros

@@ -10,6 +10,13 @@ void WhisperModel::log_mel(const float* audio, int64_t n, std::vector<float>& me
     mel_.compute(audio, n, mel, pool_);
 }
 
+void WhisperModel::log_mel_frames(const float* span, int64_t offset, int64_t avail, int64_t n,
+                                  int64_t f0, int64_t nf, bool finish, float top,
+                                  std::vector<float>& out) {
+    mel_.raw_frames(span, offset, avail, n, f0, nf, out, pool_);
+    if (finish) MelFrontEnd::finish(out.data(), int64_t(out.size()), top);
+}
+
 void WhisperModel::encode(const float* window, std::vector<float>& out, bool set) {
     encoder_.run(window, out, pool_);
     if (set) decoder_.set_audio(out.data(), pool_);

@@ -31,6 +31,11 @@ public:
 
     // audio [n] (16 kHz float32) -> mel [n_mels, n / hop + 1].
     void log_mel(const float* audio, int64_t n, std::vector<float>& mel);
+    // Frames [f0, f0 + nf) of log_mel's mel of a clip of n samples from the samples
+    // [offset, offset + avail) at span (MelFrontEnd::raw_frames): the log10 values, or with
+    // finish, the values log_mel gives a clip whose largest log10 value is top.
+    void log_mel_frames(const float* span, int64_t offset, int64_t avail, int64_t n, int64_t f0,
+                        int64_t nf, bool finish, float top, std::vector<float>& out);
     // window [n_mels, 2 * n_audio_ctx] -> encoder output [n_audio_ctx, d]; also makes it the
     // decoder's window when set_window is true.
     void encode(const float* window, std::vector<float>& out, bool set_window = true);
