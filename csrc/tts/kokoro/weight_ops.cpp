@@ -134,12 +134,7 @@ Conv Conv::load(const KokoroWeights& w, const std::string& module) {
 
 int64_t Conv::out_length(int64_t n) const {
     if (lane_ == Lane::kInt8) return q_.out_length(n);
-    const int64_t span = (k_ - 1) * a_.dilation + 1;
-    const int64_t padded = n + a_.pad_left + a_.pad_right;
-    if (n < 1 || padded < span)
-        throw ShapeError(name_ + ": an input of " + std::to_string(n) +
-                         " positions gives no output (kernel span " + std::to_string(span) + ")");
-    return (padded - span) / a_.stride + 1;
+    return conv_out_length(name_, n, k_, a_);
 }
 
 void Conv::forward(const std::vector<float>& x, int64_t n, std::vector<float>& y,

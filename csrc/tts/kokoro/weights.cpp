@@ -190,4 +190,13 @@ TensorView KokoroWeights::voice(const std::string& name) const {
     return f32(t, {-1, cfg_.style_width()});
 }
 
+int64_t conv_out_length(const std::string& name, int64_t n, int64_t k, const ConvAttrs& a) {
+    const int64_t span = (k - 1) * a.dilation + 1;
+    const int64_t padded = n + a.pad_left + a.pad_right;
+    if (n < 1 || padded < span)
+        throw ShapeError(name + ": an input of " + std::to_string(n) +
+                         " positions gives no output (kernel span " + std::to_string(span) + ")");
+    return (padded - span) / a.stride + 1;
+}
+
 }  // namespace dasllama::kokoro

@@ -40,6 +40,10 @@ struct ConvAttrs {
             output_padding = 0;
 };
 
+// Output positions of a k-tap convolution over n input positions; ShapeError naming `name`
+// when the padded input is shorter than the kernel's span.
+int64_t conv_out_length(const std::string& name, int64_t n, int64_t k, const ConvAttrs& a);
+
 struct KokoroConfig {
     int64_t style_decoder = 128;     // kokoro.style_split[0]: the style row's first part
     int64_t style_predictor = 128;   // kokoro.style_split[1]: its second part
