@@ -259,21 +259,9 @@ class _Reader:
     def lstm(self, node) -> None:
         name, _ = _node_module(node)
         a = self.g.attrs(node)
-        if a.get("direction") != "bidirectional" or a.get("input_forget", 0):
-            raise self.fail(node, f"expected a plain bidirectional LSTM, got {a}")
-        ins = list(node.input) + [""] * (12 - len(node.input))
+        ins = self._lstm_inputs(node, a, 12, (("W_scale", 8), ("W_zero_point", 9),
+                                              ("R_scale", 10), ("R_zero_point", 11)))
         w, r, b = ins[1], ins[2], ins[3]
-        for role, x in (("W", w), ("R", r), ("B", b), ("W_scale", ins[8]),
-                        ("W_zero_point", ins[9]), ("R_scale", ins[10]),
-                        ("R_zero_point", ins[11])):
-            if not x or not self.g.is_const(x):
-                raise self.fail(node, f"its {role} input is not a constant")
-        for x in (ins[5], ins[6]):   # initial_h, initial_c: zeros, constant or built
-            if x and self.g.is_const(x):
-                if np.any(self.const(x)):
-                    raise self.fail(node, "its initial state is not zero")
-        if ins[4] or ins[7]:
-            raise self.fail(node, "sequence_lens and peepholes are not supported")
         w8, wzp = _as_i8(self.const(w), self.const(ins[9]), name)
         r8, rzp = _as_i8(self.const(r), self.const(ins[11]), name)
         self.t.add(f"{name}.weight_ih", "I8", w8, w)
@@ -287,22 +275,16 @@ class _Reader:
         self.t.add(f"{name}.bias", "F32", self.const(b).astype(np.float32), b)
         self.meta[f"kokoro.lstm.{name}.hidden"] = ("u32", int(a["hidden_size"]))
 
-    def lstm_float(self, node) -> None:
-        """The float graph's ONNX LSTM: W (dirs, 4H, in) and R (dirs, 4H, H) in ONNX's gate order
-        i, o, f, c, B (dirs, 8H) = [Wb | Rb]; stored in the int8 layout's (dirs, in, 4H) and
-        (dirs, H, 4H) as F32 (the C++ chain and the reference pick the float lane from it)."""
-        name, _ = _node_module(node)
-        a = self.g.attrs(node)
+    def _lstm_inputs(self, node, a: dict, n_inputs: int, extra_constants) -> list:
+        """The inputs of an LSTM node (quantized or float), padded to ``n_inputs``, after the
+        checks both forms share: bidirectional without input_forget, W / R / B and the
+        ``extra_constants`` ((role, index) pairs) constant, a zero initial state, no
+        sequence_lens or peepholes."""
         if a.get("direction") != "bidirectional" or a.get("input_forget", 0):
             raise self.fail(node, f"expected a plain bidirectional LSTM, got {a}")
-        acts = [x.decode() if isinstance(x, bytes) else str(x) for x in a.get("activations", [])]
-        if "clip" in a or acts not in ([], ["Sigmoid", "Tanh", "Tanh"] * 2):
-            raise self.fail(node, f"LSTM attributes clip / activations {a.get('clip')!r} "
-                                  f"{acts!r} are not supported (plain sigmoid / tanh only)")
-        ins = list(node.input) + [""] * (8 - len(node.input))
-        w, r, b = ins[1], ins[2], ins[3]
-        for role, x in (("W", w), ("R", r), ("B", b)):
-            if not x or not self.g.is_const(x):
+        ins = list(node.input) + [""] * (n_inputs - len(node.input))
+        for role, i in (("W", 1), ("R", 2), ("B", 3)) + tuple(extra_constants):
+            if not ins[i] or not self.g.is_const(ins[i]):
                 raise self.fail(node, f"its {role} input is not a constant")
         for x in (ins[5], ins[6]):   # initial_h, initial_c: zeros, constant or built
             if x and self.g.is_const(x):
@@ -310,6 +292,20 @@ class _Reader:
                     raise self.fail(node, "its initial state is not zero")
         if ins[4] or ins[7]:
             raise self.fail(node, "sequence_lens and peepholes are not supported")
+        return ins
+
+    def lstm_float(self, node) -> None:
+        """The float graph's ONNX LSTM: W (dirs, 4H, in) and R (dirs, 4H, H) in ONNX's gate order
+        i, o, f, c, B (dirs, 8H) = [Wb | Rb]; stored in the int8 layout's (dirs, in, 4H) and
+        (dirs, H, 4H) as F32 (the C++ chain and the reference pick the float lane from it)."""
+        name, _ = _node_module(node)
+        a = self.g.attrs(node)
+        acts = [x.decode() if isinstance(x, bytes) else str(x) for x in a.get("activations", [])]
+        if "clip" in a or acts not in ([], ["Sigmoid", "Tanh", "Tanh"] * 2):
+            raise self.fail(node, f"LSTM attributes clip / activations {a.get('clip')!r} "
+                                  f"{acts!r} are not supported (plain sigmoid / tanh only)")
+        ins = self._lstm_inputs(node, a, 8, ())
+        w, r, b = ins[1], ins[2], ins[3]
         wv, rv, bv = self.const(w), self.const(r), self.const(b)
         hidden = int(a["hidden_size"])
         if wv.ndim != 3 or wv.shape[0] != 2 or wv.shape[1] != 4 * hidden or \
