@@ -234,7 +234,7 @@ def decode_with_fallback(decode, o: TranscriptionOptions) -> tuple:
 
 
 class ASR:
-    """Whisper speech recognition on the CPU.
+    """Whisper speech recognition on the CPU, its encoder optionally on a GPU (device).
 
     name_or_path: a packaged model ("whisper-tiny.en"; pulled on first use), a .gguf written by
     ``dasllama convert whisper``, a CTranslate2 Whisper directory, or a whisper.cpp model
