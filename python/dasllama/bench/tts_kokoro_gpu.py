@@ -41,7 +41,7 @@ from .llm import BenchError, schedule
 from .pocket_peer import Request
 from .record import NOISE_CV
 from .stats import summarize
-from .tts_kokoro import TESTS, TEXTS
+from .tts_kokoro import TESTS, TEXTS, _rel_l2
 
 __all__ = ["write_skeleton", "fill_skeleton", "write_plan", "benchmark", "main"]
 
@@ -268,7 +268,6 @@ def _against_cpu(model, threads: int, plan: dict) -> dict:
     """The seat's audio against the CPU chain's on the plan's first chunk (same ids, style,
     predictor), and another voice row's audio as the control."""
     from .. import _core
-    from .tts_kokoro import _rel_l2
 
     chunk = next(iter(plan["texts"].values()))[0]
     cpu = _core.KokoroModel(str(model), int(threads))
