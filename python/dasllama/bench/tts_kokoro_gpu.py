@@ -41,7 +41,7 @@ from .llm import BenchError, schedule
 from .pocket_peer import Request
 from .record import NOISE_CV
 from .stats import summarize
-from .tts_kokoro import TESTS, TEXTS, _rel_l2
+from .tts_kokoro import TESTS, TEXTS, _rel_l2, request_figures
 
 __all__ = ["write_skeleton", "fill_skeleton", "write_plan", "benchmark", "main"]
 
@@ -240,11 +240,7 @@ class _Peer:
 
 
 def _rows(engine, size: str, reqs, voice: str, seats: Optional[dict]) -> list:
-    figures = {"request_wall": [r.wall_ns / 1e6 for r in reqs],
-               "first_audio": [r.first_audio_ns / 1e6 for r in reqs],
-               "rtf": [r.samples / SAMPLE_RATE / (r.wall_ns / 1e9) for r in reqs]}
-    ns = {"request_wall": [r.wall_ns for r in reqs],
-          "first_audio": [r.first_audio_ns for r in reqs], "rtf": [r.wall_ns for r in reqs]}
+    figures, ns = request_figures(reqs, SAMPLE_RATE)
     rows = []
     for test, unit in TESTS:
         s = summarize(figures[test])
