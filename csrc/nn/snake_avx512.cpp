@@ -1,8 +1,6 @@
 // The Snake kernel for AVX-512 (built with DASLLAMA_ISA_FLAGS_avx512): snake_avx2.cpp's
-// sin^2 in 16 lanes, the row's tail under a mask instead of the scalar loop.
-#include <immintrin.h>
-
-#include <cmath>
+// sin^2 in 16 lanes (snake_avx512.h), the row's tail under a mask instead of the scalar loop.
+#include "nn/snake_avx512.h"
 
 #include "nn/snake.h"
 
@@ -11,55 +9,13 @@ namespace dasllama::nn::snake_kernels {
 #if defined(__AVX512F__)
 namespace {
 
-constexpr float kReduceLimit = 1e5f;   // as snake_avx2.cpp: above it, sinf
-
-// Rounding to an integer by adding and removing 1.5 * 2^23 (exact for |v| < 2^22, far above
-// the reduction's limit); the shifted value's low mantissa bit is the integer's parity. (No
-// conversion intrinsics: GCC 12's spell them with undefined vectors and warns.)
-constexpr float kRoundShift = 12582912.0f;
-
-inline __m512 sin_squared(__m512 x) {
-    const __m512 shifted = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.63661977236758134f)),
-                                         _mm512_set1_ps(kRoundShift));
-    const __m512 j = _mm512_sub_ps(shifted, _mm512_set1_ps(kRoundShift));
-    __m512 r = _mm512_fnmadd_ps(j, _mm512_set1_ps(1.5707963705062866f), x);
-    r = _mm512_fnmadd_ps(j, _mm512_set1_ps(-4.3711388286737929e-08f), r);
-    r = _mm512_fnmadd_ps(j, _mm512_set1_ps(-1.7151245100059e-15f), r);
-    const __m512 z = _mm512_mul_ps(r, r);
-    __m512 s = _mm512_fmadd_ps(_mm512_set1_ps(-1.9515295891e-4f), z, _mm512_set1_ps(8.3321608736e-3f));
-    s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(-1.6666654611e-1f));
-    s = _mm512_fmadd_ps(_mm512_mul_ps(s, z), r, r);
-    __m512 c = _mm512_fmadd_ps(_mm512_set1_ps(2.443315711809948e-5f), z, _mm512_set1_ps(-1.388731625493765e-3f));
-    c = _mm512_fmadd_ps(c, z, _mm512_set1_ps(4.166664568298827e-2f));
-    c = _mm512_fmadd_ps(_mm512_mul_ps(c, z), z, _mm512_fnmadd_ps(_mm512_set1_ps(0.5f), z, _mm512_set1_ps(1.0f)));
-    const __mmask16 odd = _mm512_test_epi32_mask(_mm512_castps_si512(shifted), _mm512_set1_epi32(1));
-    const __m512 v = _mm512_mask_blend_ps(odd, s, c);
-    return _mm512_mul_ps(v, v);
-}
-
-void row_scalar(float* x, int64_t n, float alpha, float inv_alpha) {
-    for (int64_t i = 0; i < n; ++i) {
-        const float s = std::sin(alpha * x[i]);
-        x[i] = x[i] + inv_alpha * (s * s);
-    }
-}
-
 void row_avx512(float* x, int64_t n, float alpha, float inv_alpha) {
     const __m512 a = _mm512_set1_ps(alpha), ia = _mm512_set1_ps(inv_alpha);
-    const __m512 limit = _mm512_set1_ps(kReduceLimit);
     for (int64_t i = 0; i < n; i += 16) {
         const int64_t left = n - i;
         const __mmask16 m = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u);
         const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-        const __m512 ax = _mm512_mul_ps(a, v);
-        // |alpha x| not below the limit, or NaN: the C library's answer for these lanes.
-        const __m512 abs_ax = _mm512_castsi512_ps(
-            _mm512_and_epi32(_mm512_castps_si512(ax), _mm512_set1_epi32(0x7fffffff)));
-        if (_mm512_mask_cmp_ps_mask(m, abs_ax, limit, _CMP_NLT_UQ)) {
-            row_scalar(x + i, left >= 16 ? 16 : left, alpha, inv_alpha);
-            continue;
-        }
-        _mm512_mask_storeu_ps(x + i, m, _mm512_fmadd_ps(ia, sin_squared(ax), v));
+        snake_avx512::store_snake(x + i, m, left >= 16 ? 16 : left, v, a, ia, alpha, inv_alpha);
     }
 }
 

@@ -152,7 +152,29 @@ void rescale_generic(const int32_t* acc, int64_t m, int64_t n, const int32_t* co
     }
 }
 
-const Int8Vector kVectorGeneric{"generic", range_generic, quantize_generic, rescale_generic};
+void quantize_time_major_generic(const float* x, int64_t c, int64_t ld, int64_t t0, int64_t t1,
+                                 float scale, float zp, uint8_t* q, int64_t* sums) {
+    // kQuantTile positions of every channel at a time, then one pass that writes them
+    // time-major (the tile's rows read from cache).
+    std::vector<uint8_t> tile(size_t(c * kQuantTile));
+    for (int64_t p0 = t0; p0 < t1; p0 += kQuantTile) {
+        const int64_t nt = std::min(kQuantTile, t1 - p0);
+        for (int64_t ci = 0; ci < c; ++ci)
+            quantize_generic(x + ci * ld + p0, nt, scale, zp, &tile[size_t(ci * kQuantTile)]);
+        for (int64_t t = 0; t < nt; ++t) {
+            uint8_t* dst = q + (p0 - t0 + t) * c;
+            int64_t sum = 0;
+            for (int64_t ci = 0; ci < c; ++ci) {
+                dst[ci] = tile[size_t(ci * kQuantTile + t)];
+                sum += dst[ci];
+            }
+            sums[p0 - t0 + t] = sum;
+        }
+    }
+}
+
+const Int8Vector kVectorGeneric{"generic", range_generic, quantize_generic, rescale_generic,
+                                quantize_time_major_generic};
 
 }  // namespace
 
@@ -164,17 +186,21 @@ const Int8Vector& int8_vector() {
     return *best;
 }
 
-QuantParams quant_params(const float* x, int64_t n) {
-    float lo = 0.0f, hi = 0.0f, zero = 0.0f;
-    int8_vector().range(x, n, lo, hi, zero);
-    if (zero != 0.0f)
+QuantParams quant_params(const QuantRange& r, int64_t n) {
+    if (r.zero != 0.0f)
         throw ShapeError("DynamicQuantizeLinear: the activations hold NaN or infinity (" +
                          std::to_string(n) + " values)");
     QuantParams p;
-    p.scale = hi == lo ? 1.0f : (hi - lo) / static_cast<float>(kQuantMax);
-    const float z = std::clamp(0.0f - lo / p.scale, 0.0f, static_cast<float>(kQuantMax));
+    p.scale = r.hi == r.lo ? 1.0f : (r.hi - r.lo) / static_cast<float>(kQuantMax);
+    const float z = std::clamp(0.0f - r.lo / p.scale, 0.0f, static_cast<float>(kQuantMax));
     p.zero_point = static_cast<int32_t>(round_half_even_small(z));
     return p;
+}
+
+QuantParams quant_params(const float* x, int64_t n) {
+    QuantRange r;
+    int8_vector().range(x, n, r.lo, r.hi, r.zero);
+    return quant_params(r, n);
 }
 
 void quantize(const float* x, int64_t n, const QuantParams& p, uint8_t* q) {
@@ -207,7 +233,7 @@ void int8_gemm_generic(const uint8_t* a, int64_t lda, const int8_t* b, int64_t m
 
 namespace {
 
-const Int8Kernels kGeneric{"generic", 1, int8_pack_rows, int8_gemm_generic};
+const Int8Kernels kGeneric{"generic", 1, int8_pack_rows, int8_gemm_generic, nullptr};
 
 std::vector<const Int8Kernels*> all_kernels() {
     std::vector<const Int8Kernels*> out;
@@ -359,9 +385,10 @@ void QConv::forward(const std::vector<float>& x, int64_t n, std::vector<float>& 
     forward(x.data(), n, y.data(), pool);
 }
 
-void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const {
+void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool,
+                    const QuantRange* range) const {
     const int64_t lout = out_length(n);
-    const QuantParams qp = quant_params(x, c_in_ * n);
+    const QuantParams qp = range ? quant_params(*range, c_in_ * n) : quant_params(x, c_in_ * n);
     const float s = qp.scale * p_.scale[0];
     std::vector<double> fb(size_t(c_out_), 0.0);   // the graph's integer bias
     for (int64_t co = 0; co < c_out_ && !bias_.empty(); ++co)
@@ -381,32 +408,45 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
     std::fill(qt.get() + (n + a_.pad_left) * c_in_, qt.get() + padded * c_in_, zx);
     const Int8Vector& vec = int8_vector();
     const float zpf = static_cast<float>(qp.zero_point);
-    parallel_rows(pool, c_in_, n, [&](int64_t c0, int64_t c1) {
-        // kQuantTile positions of every channel of the range at a time, then one pass that
-        // writes them time-major (rows of the tile read from L1).
-        std::vector<uint8_t> q(size_t((c1 - c0) * kQuantTile));
-        for (int64_t t0 = 0; t0 < n; t0 += kQuantTile) {
-            const int64_t nt = std::min(kQuantTile, n - t0);
-            for (int64_t ci = c0; ci < c1; ++ci)
-                vec.quantize(x + ci * n + t0, nt, qp.scale, zpf,
-                             &q[size_t((ci - c0) * kQuantTile)]);
-            for (int64_t t = 0; t < nt; ++t) {
-                uint8_t* dst = &qt[size_t((a_.pad_left + t0 + t) * c_in_)];
-                for (int64_t ci = c0; ci < c1; ++ci)
-                    dst[ci] = q[size_t((ci - c0) * kQuantTile + t)];
-            }
-        }
-    });
     std::vector<int64_t> gsum(size_t(padded * groups));
-    parallel_rows(pool, padded, c_in_, [&](int64_t p0, int64_t p1) {
-        for (int64_t p = p0; p < p1; ++p)
-            for (int64_t g = 0; g < groups; ++g) {
-                const uint8_t* row = &qt[size_t(p * c_in_ + g * cin_g)];
-                int64_t sum = 0;
-                for (int64_t ci = 0; ci < cin_g; ++ci) sum += row[ci];
-                gsum[size_t(p * groups + g)] = sum;
+    if (groups == 1) {
+        // One pass: each thread's positions quantized straight into their time-major rows,
+        // with the rows' sums; a padding row sums C_in zero points.
+        parallel_rows(pool, n, c_in_, [&](int64_t t0, int64_t t1) {
+            vec.quantize_time_major(x, c_in_, n, t0, t1, qp.scale, zpf,
+                                    &qt[size_t((a_.pad_left + t0) * c_in_)],
+                                    &gsum[size_t(a_.pad_left + t0)]);
+        });
+        const int64_t pad_sum = int64_t(zx) * c_in_;
+        std::fill(gsum.begin(), gsum.begin() + a_.pad_left, pad_sum);
+        std::fill(gsum.begin() + (n + a_.pad_left), gsum.end(), pad_sum);
+    } else {
+        parallel_rows(pool, c_in_, n, [&](int64_t c0, int64_t c1) {
+            // kQuantTile positions of every channel of the range at a time, then one pass that
+            // writes them time-major (rows of the tile read from L1).
+            std::vector<uint8_t> q(size_t((c1 - c0) * kQuantTile));
+            for (int64_t t0 = 0; t0 < n; t0 += kQuantTile) {
+                const int64_t nt = std::min(kQuantTile, n - t0);
+                for (int64_t ci = c0; ci < c1; ++ci)
+                    vec.quantize(x + ci * n + t0, nt, qp.scale, zpf,
+                                 &q[size_t((ci - c0) * kQuantTile)]);
+                for (int64_t t = 0; t < nt; ++t) {
+                    uint8_t* dst = &qt[size_t((a_.pad_left + t0 + t) * c_in_)];
+                    for (int64_t ci = c0; ci < c1; ++ci)
+                        dst[ci] = q[size_t((ci - c0) * kQuantTile + t)];
+                }
             }
-    });
+        });
+        parallel_rows(pool, padded, c_in_, [&](int64_t p0, int64_t p1) {
+            for (int64_t p = p0; p < p1; ++p)
+                for (int64_t g = 0; g < groups; ++g) {
+                    const uint8_t* row = &qt[size_t(p * c_in_ + g * cin_g)];
+                    int64_t sum = 0;
+                    for (int64_t ci = 0; ci < cin_g; ++ci) sum += row[ci];
+                    gsum[size_t(p * groups + g)] = sum;
+                }
+        });
+    }
     // The zero points' terms that depend on the output alone (int32 modulo 2^32, as
     // QLinear::forward_quantized): col = K zx zw - zx sum(w).
     std::vector<int32_t> col(static_cast<size_t>(c_out_));
@@ -415,6 +455,15 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
                                  int64_t(qp.zero_point) * p_.sums[size_t(r)]);
     const int32_t zw = p_.zp[0];   // one per tensor (the constructor's single zp)
 
+    // Where the kernels read windows in place (gemm_gather: one group, whole 64-byte pieces of
+    // k inside one tap), row i of a block is the time-major input from its first tap on, and
+    // each piece of k sits at its tap's and channel's offset; only the rows past the block's
+    // last multiple of 32 are copied into im2col rows. The integer sums are the same.
+    const bool gather = p_.kernels->gemm_gather && groups == 1 && cin_g % 64 == 0 && kk == kp;
+    std::vector<int64_t> koff;
+    if (gather)
+        for (int64_t k0 = 0; k0 < kp; k0 += 64)
+            koff.push_back((k0 / cin_g) * a_.dilation * c_in_ + k0 % cin_g);
     auto work = [&](int t, int nt) {
         const int64_t blocks = (lout + kConvBlock - 1) / kConvBlock;
         // Written in full before each read (rows past K padded below), so not zeroed.
@@ -423,9 +472,22 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
         std::unique_ptr<int32_t[]> acc(new int32_t[size_t(kConvBlock * cout_g)]);
         for (int64_t b = blocks * t / nt; b < blocks * (t + 1) / nt; ++b) {
             const int64_t l0 = b * kConvBlock, nl = std::min(kConvBlock, lout - l0);
+            const int64_t direct = gather ? nl / 32 * 32 : 0;
+            if (direct > 0) {
+                for (int64_t i = 0; i < direct; ++i) {
+                    const int64_t base = (l0 + i) * a_.stride;
+                    int64_t sum = 0;
+                    for (int64_t tap = 0; tap < k_; ++tap)
+                        sum += gsum[size_t(base + tap * a_.dilation)];
+                    sums[size_t(i)] = sum;
+                }
+                p_.kernels->gemm_gather(&qt[size_t(l0 * a_.stride * c_in_)], a_.stride * c_in_,
+                                        koff.data(), p_.group(0), direct, cout_g, kp, acc.get(),
+                                        cout_g);
+            }
             for (int64_t g = 0; g < groups; ++g) {
-                for (int64_t i = 0; i < nl; ++i) {      // im2col: row i = [tap * cin_g + ci]
-                    uint8_t* row = &a[size_t(i * kp)];
+                for (int64_t i = direct; i < nl; ++i) {      // im2col: row = [tap * cin_g + ci]
+                    uint8_t* row = &a[size_t((i - direct) * kp)];
                     const int64_t base = (l0 + i) * a_.stride;   // in padded positions
                     int64_t sum = 0;
                     for (int64_t tap = 0; tap < k_; ++tap) {
@@ -437,7 +499,9 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
                     std::fill(row + kk, row + kp, uint8_t(0));
                     sums[size_t(i)] = sum;
                 }
-                p_.kernels->gemm(a.get(), kp, p_.group(g), nl, cout_g, kp, acc.get(), cout_g);
+                if (nl > direct)
+                    p_.kernels->gemm(a.get(), kp, p_.group(g), nl - direct, cout_g, kp,
+                                     acc.get() + direct * cout_g, cout_g);
                 const int64_t r0 = g * cout_g;
                 vec.rescale(acc.get(), nl, cout_g, &col[size_t(r0)], zw, sums.data(),
                             &fb[size_t(r0)], s, y + r0 * lout + l0, lout);

@@ -42,8 +42,17 @@ struct QuantParams {
     int32_t zero_point = 0;
 };
 
+// What DynamicQuantizeLinear's parameters depend on, as Int8Vector::range gives it: lo =
+// min(0, x), hi = max(0, x), zero = the sum of x * 0 (nonzero when x holds NaN or inf). A pass
+// that writes x can gather it on the way (AdaIN1d::forward_snake) and spare the reader a pass.
+struct QuantRange {
+    float lo = 0.0f, hi = 0.0f, zero = 0.0f;
+};
+
 // DynamicQuantizeLinear's scale and zero point for n values.
 QuantParams quant_params(const float* x, int64_t n);
+// ... from their range (n: for the message when the range says NaN or infinity).
+QuantParams quant_params(const QuantRange& r, int64_t n);
 // q[i] = clamp(round_half_even(x[i] / scale) + zero_point, 0, 255).
 void quantize(const float* x, int64_t n, const QuantParams& p, uint8_t* q);
 // Both: the parameters of x, and x quantized into q.
@@ -62,6 +71,12 @@ struct Int8Kernels {
     void (*pack)(const int8_t* rows, int64_t n, int64_t kp, int8_t* out);
     void (*gemm)(const uint8_t* a, int64_t lda, const int8_t* b, int64_t m, int64_t n,
                  int64_t kp, int32_t* c, int64_t ldc);
+    // gemm with a's rows gathered: element (i, k) at a[i * lda + koff[k / 64] + k % 64], m a
+    // multiple of 32, so a convolution's windows are read from its time-major input where they
+    // lie (koff: each 64 bytes of k's tap and channel offset) instead of being copied into
+    // im2col rows. nullptr at levels without it.
+    void (*gemm_gather)(const uint8_t* a, int64_t lda, const int64_t* koff, const int8_t* b,
+                        int64_t m, int64_t n, int64_t kp, int32_t* c, int64_t ldc);
     int64_t padded_rows(int64_t n) const { return (n + col_block - 1) / col_block * col_block; }
 };
 const Int8Kernels& int8_kernels();                    // the best this CPU runs
@@ -90,6 +105,11 @@ struct Int8Vector {
     // time-major sums land in its channel-major output.
     void (*rescale)(const int32_t* acc, int64_t m, int64_t n, const int32_t* col, int32_t zw,
                     const int64_t* qsum, const double* fb, float s, float* out, int64_t ldo);
+    // The quantization into a convolution's time-major rows: for positions t in [t0, t1) of
+    // channel-major x [c, ld], q[(t - t0) * c + ci] = quantize(x[ci * ld + t]) (as quantize
+    // above) and sums[t - t0] = the sum over ci of that row's bytes.
+    void (*quantize_time_major)(const float* x, int64_t c, int64_t ld, int64_t t0, int64_t t1,
+                                float scale, float zp, uint8_t* q, int64_t* sums);
 };
 const Int8Vector& int8_vector();            // the best this CPU runs
 const Int8Vector* int8_vector_avx512();     // nullptr where not built
@@ -165,8 +185,10 @@ public:
     // Output length for an input of n positions; ShapeError naming the module when none.
     int64_t out_length(int64_t n) const;
 
-    // x [C_in, n] float32 -> y [C_out, out_length(n)].
-    void forward(const float* x, int64_t n, float* y, ThreadPool* pool) const;
+    // x [C_in, n] float32 -> y [C_out, out_length(n)]. range: x's quantization range when the
+    // caller has it (QuantRange), else nullptr and the convolution takes it.
+    void forward(const float* x, int64_t n, float* y, ThreadPool* pool,
+                 const QuantRange* range = nullptr) const;
     void forward(const std::vector<float>& x, int64_t n, std::vector<float>& y,
                  ThreadPool* pool) const;
 

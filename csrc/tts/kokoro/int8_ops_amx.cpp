@@ -52,9 +52,19 @@ void load_config() {
     _tile_loadconfig(&cfg);
 }
 
+// Where 64 bytes of k start in a row of a: at k itself (plain rows), or at an offset of a
+// table (gathered rows, Int8Kernels::gemm_gather).
+struct PlainK {
+    int64_t operator()(int64_t k) const { return k; }
+};
+struct GatheredK {
+    const int64_t* koff;
+    int64_t operator()(int64_t k) const { return koff[k / kTileK]; }
+};
+
 // C tiles (0, 1 | 2, 3) for 32 rows of a times blocks jb and jb + 1 (`pair`: both).
-template <bool kPair>
-void step(const uint8_t* a, int64_t lda, const int8_t* b0, int64_t kp) {
+template <bool kPair, class K = PlainK>
+void step(const uint8_t* a, int64_t lda, const int8_t* b0, int64_t kp, K at = K{}) {
     _tile_zero(0);
     _tile_zero(2);
     if (kPair) {
@@ -63,8 +73,9 @@ void step(const uint8_t* a, int64_t lda, const int8_t* b0, int64_t kp) {
     }
     const int8_t* b1 = b0 + kBlock * kp;
     for (int64_t k = 0; k < kp; k += kTileK) {
-        _tile_loadd(4, a + k, lda);
-        _tile_loadd(5, a + kTileRows * lda + k, lda);
+        const uint8_t* ak = a + at(k);
+        _tile_loadd(4, ak, lda);
+        _tile_loadd(5, ak + kTileRows * lda, lda);
         _tile_loadd(6, b0 + (k / kTileK) * kTileBytes, 64);
         _tile_dpbusd(0, 4, 6);
         _tile_dpbusd(2, 5, 6);
@@ -132,7 +143,45 @@ void gemm_amx(const uint8_t* a, int64_t lda, const int8_t* b, int64_t m, int64_t
     _tile_release();
 }
 
-const Int8Kernels kAmx{"amx", kBlock, pack_tiles, gemm_amx};
+// gemm_amx over gathered rows, m a multiple of 32: whole steps only, so no tail copy.
+void gemm_gather_amx(const uint8_t* a, int64_t lda, const int64_t* koff, const int8_t* b,
+                     int64_t m, int64_t n, int64_t kp, int32_t* c, int64_t ldc) {
+    load_config();
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    alignas(64) int32_t part[2 * kTileRows * 2 * kBlock];
+    constexpr int64_t ld = 2 * kBlock;
+    const GatheredK at{koff};
+    for (int64_t i0 = 0; i0 + 2 * kTileRows <= m; i0 += 2 * kTileRows) {
+        const uint8_t* ai = a + i0 * lda;
+        for (int64_t jb = 0; jb < blocks; jb += 2) {
+            const bool pair = jb + 1 < blocks;
+            const int8_t* bj = b + jb * kBlock * kp;
+            if (pair) step<true>(ai, lda, bj, kp, at);
+            else step<false>(ai, lda, bj, kp, at);
+            const int64_t j0 = jb * kBlock;
+            const int64_t cols = std::min<int64_t>((pair ? 2 : 1) * kBlock, n - j0);
+            int32_t* cij = c + i0 * ldc + j0;
+            if (cols == 2 * kBlock) {
+                _tile_stored(0, cij, ldc * 4);
+                _tile_stored(1, cij + kBlock, ldc * 4);
+                _tile_stored(2, cij + kTileRows * ldc, ldc * 4);
+                _tile_stored(3, cij + kTileRows * ldc + kBlock, ldc * 4);
+                continue;
+            }
+            _tile_stored(0, part, ld * 4);
+            _tile_stored(2, part + kTileRows * ld, ld * 4);
+            if (pair) {
+                _tile_stored(1, part + kBlock, ld * 4);
+                _tile_stored(3, part + kTileRows * ld + kBlock, ld * 4);
+            }
+            for (int64_t r = 0; r < 2 * kTileRows; ++r)
+                std::memcpy(cij + r * ldc, part + r * ld, size_t(cols) * sizeof(int32_t));
+        }
+    }
+    _tile_release();
+}
+
+const Int8Kernels kAmx{"amx", kBlock, pack_tiles, gemm_amx, gemm_gather_amx};
 
 }  // namespace
 #endif

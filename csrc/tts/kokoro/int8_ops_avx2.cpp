@@ -61,7 +61,7 @@ void gemm_avx2(const uint8_t* a, int64_t lda, const int8_t* b, int64_t m, int64_
     }
 }
 
-const Int8Kernels kAvx2{"avx2", 1, int8_pack_rows, gemm_avx2};
+const Int8Kernels kAvx2{"avx2", 1, int8_pack_rows, gemm_avx2, nullptr};
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 // (8 accumulators), or 8 x 32 (16) where the rows allow.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "tts/kokoro/int8_ops.h"
@@ -85,7 +86,7 @@ void gemm_avx512(const uint8_t* a, int64_t lda, const int8_t* b, int64_t m, int6
     }
 }
 
-const Int8Kernels kAvx512{"avx512", kBlock, pack_vnni, gemm_avx512};
+const Int8Kernels kAvx512{"avx512", kBlock, pack_vnni, gemm_avx512, nullptr};
 
 // ---- the element-wise passes (Int8Vector): 16 values at a time, the generic level's
 // operations on each (no product is followed by an add that the compiler could fuse with it
@@ -201,7 +202,55 @@ void rescale_avx512(const int32_t* acc, int64_t m, int64_t n, const int32_t* col
     }
 }
 
-const Int8Vector kVectorAvx512{"avx512", range_avx512, quantize_avx512, rescale_avx512};
+// 16 channels x 16 positions at a time: each channel's 16 values quantized as quantize_avx512
+// does (int32 lanes), summed across the channels into the positions' sums, then transposed so
+// that each position's 16 channel bytes are one store into its time-major row. Channel blocks
+// outside (16 rows read front to back), the thread's positions inside; a last partial block
+// of channels takes one lane per channel.
+void quantize_time_major_avx512(const float* x, int64_t c, int64_t ld, int64_t t0, int64_t t1,
+                                float scale, float zp, uint8_t* q, int64_t* sums) {
+    const __m512 sc = _mm512_set1_ps(scale), z = _mm512_set1_ps(zp);
+    const int64_t n = t1 - t0;
+    std::fill(sums, sums + n, int64_t(0));
+    const int64_t c16 = c / 16 * 16;
+    for (int64_t ci0 = 0; ci0 < c16; ci0 += 16) {
+        const float* xb = x + ci0 * ld + t0;
+        for (int64_t t = 0; t < n; t += 16) {
+            const int64_t left = n - t, nt = left >= 16 ? 16 : left;
+            const __mmask16 m = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u);
+            __m512 r[16];
+            __m512i s = _mm512_setzero_si512();
+            for (int ii = 0; ii < 16; ++ii) {
+                const __m512i v = quantize16(_mm512_maskz_loadu_ps(m, xb + ii * ld + t), sc, z);
+                s = _mm512_add_epi32(s, v);
+                r[ii] = _mm512_castsi512_ps(v);
+            }
+            transpose16(r);
+            for (int64_t tt = 0; tt < nt; ++tt)
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(q + (t + tt) * c + ci0),
+                                 _mm512_cvtepi32_epi8(_mm512_castps_si512(r[tt])));
+            alignas(64) int32_t part[16];
+            _mm512_store_si512(part, s);
+            for (int64_t tt = 0; tt < nt; ++tt) sums[t + tt] += part[tt];
+        }
+    }
+    for (int64_t ci = c16; ci < c; ++ci) {
+        const float* xr = x + ci * ld + t0;
+        for (int64_t t = 0; t < n; t += 16) {
+            const int64_t left = n - t, nt = left >= 16 ? 16 : left;
+            const __mmask16 m = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u);
+            alignas(64) int32_t v[16];
+            _mm512_store_si512(v, quantize16(_mm512_maskz_loadu_ps(m, xr + t), sc, z));
+            for (int64_t tt = 0; tt < nt; ++tt) {
+                q[(t + tt) * c + ci] = static_cast<uint8_t>(v[tt]);
+                sums[t + tt] += v[tt];
+            }
+        }
+    }
+}
+
+const Int8Vector kVectorAvx512{"avx512", range_avx512, quantize_avx512, rescale_avx512,
+                               quantize_time_major_avx512};
 
 }  // namespace
 #endif

@@ -86,7 +86,7 @@ void tanh_generic(const float* x, int64_t n, float* out) {
 void instance_norm_generic(const float* x, int64_t c, int64_t l, float eps, float* out);
 
 const ActivationKernels kGenericActivations{"generic", logistic_generic, tanh_generic,
-                                            instance_norm_generic};
+                                            instance_norm_generic, nullptr};
 
 }  // namespace
 

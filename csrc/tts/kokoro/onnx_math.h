@@ -29,6 +29,15 @@ struct ActivationKernels {
     void (*logistic)(const float* x, int64_t n, float* out);
     void (*tanh)(const float* x, int64_t n, float* out);
     void (*instance_norm)(const float* x, int64_t c, int64_t l, float eps, float* out);
+    // AdaIN then Snake in one pass per row, for the AdaIN1d + Snake pairs of the generator's
+    // residual blocks: row r of out = snake_r((h_gamma[r] + 1) * instance_norm(x_r) +
+    // h_beta[r]) with alpha[r] (the snake of snake_avx512.h), and range = {min(0, out),
+    // max(0, out), the sum of out * 0} over the rows written (Int8Vector::range's three
+    // values, for the int8 convolution that reads out). Each step is the unfused chain's
+    // instruction (instance_norm here, AdaIN1d's scalar affine, nn::snake's AVX-512 row), so
+    // the bits are the same. nullptr at levels without it: the caller runs the chain unfused.
+    void (*adain_snake)(const float* x, int64_t rows, int64_t l, float eps, const float* h_gamma,
+                        const float* h_beta, const float* alpha, float* out, float range[3]);
 };
 const ActivationKernels& activation_kernels();
 const ActivationKernels& activation_kernels(const char* isa);   // Error if not available

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "nn/snake_avx512.h"
 #include "tts/kokoro/onnx_math.h"
 
 namespace dasllama::kokoro {
@@ -134,7 +135,44 @@ void instance_norm_avx512(const float* x, int64_t c, int64_t l, float eps, float
     }
 }
 
-const ActivationKernels kAvx512{"avx512", logistic_avx512, tanh_avx512, instance_norm_avx512};
+// AdaIN + Snake + the quantization range (ActivationKernels::adain_snake): instance_norm_avx512's
+// statistics and normalization, the affine as two rounded float32 steps (AdaIN1d's scalar
+// g * v + b, never fused), then nn::snake's AVX-512 lanes; the range over what is stored.
+void adain_snake_avx512(const float* x, int64_t rows, int64_t l, float eps, const float* h_gamma,
+                        const float* h_beta, const float* alpha, float* out, float range[3]) {
+    __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps(), zero = _mm512_setzero_ps();
+    const __m512 zeros = _mm512_setzero_ps();
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* row = x + r * l;
+        const float mean = static_cast<float>(pairwise(Values{row}, 0, l) / double(l));
+        const float var = static_cast<float>(pairwise(Squares{row, mean}, 0, l) / double(l));
+        const float den = std::sqrt(var + eps);
+        const float g = h_gamma[r] + 1.0f, b = h_beta[r];
+        const float a = alpha[r], ia = 1.0f / a;
+        const __m512 mv = _mm512_set1_ps(mean), dv = _mm512_set1_ps(den);
+        const __m512 gv = _mm512_set1_ps(g), bv = _mm512_set1_ps(b);
+        const __m512 av = _mm512_set1_ps(a), iav = _mm512_set1_ps(ia);
+        float* o = out + r * l;
+        for (int64_t j = 0; j < l; j += 16) {
+            const int64_t left = l - j;
+            const __mmask16 m = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u);
+            __m512 v = _mm512_div_round_ps(
+                _mm512_sub_round_ps(_mm512_maskz_loadu_ps(m, row + j), mv, kRound), dv, kRound);
+            v = _mm512_add_round_ps(_mm512_mul_round_ps(gv, v, kRound), bv, kRound);
+            nn::snake_avx512::store_snake(o + j, m, left >= 16 ? 16 : left, v, av, iav, a, ia);
+            const __m512 y = _mm512_maskz_loadu_ps(m, o + j);   // masked lanes: 0, in range
+            lo = _mm512_min_ps(lo, y);
+            hi = _mm512_max_ps(hi, y);
+            zero = _mm512_add_ps(zero, _mm512_mul_ps(y, zeros));
+        }
+    }
+    range[0] = _mm512_reduce_min_ps(lo);
+    range[1] = _mm512_reduce_max_ps(hi);
+    range[2] = _mm512_reduce_add_ps(zero);
+}
+
+const ActivationKernels kAvx512{"avx512", logistic_avx512, tanh_avx512, instance_norm_avx512,
+                                adain_snake_avx512};
 
 }  // namespace
 #endif

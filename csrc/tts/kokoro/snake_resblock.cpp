@@ -4,7 +4,6 @@
 
 #include "core/errors.h"
 #include "core/thread_pool.h"
-#include "nn/snake.h"
 
 namespace dasllama::kokoro {
 
@@ -48,12 +47,13 @@ void SnakeResBlock::forward(const float* x, int64_t l, const float* style,
     for (const Round& r : rounds_) {
         if (r.conv1.out_length(l) != l || r.conv2.out_length(l) != l)
             throw ShapeError(name_ + ": a convolution changes the length " + std::to_string(l));
-        r.adain1.forward(out.data(), l, style, s.a.data(), &pool);
-        nn::snake(s.a.data(), c, l, r.alpha1.data(), pool);
-        r.conv1.forward(s.a.data(), l, s.b.data(), &pool);
-        r.adain2.forward(s.b.data(), l, style, s.b.data(), &pool);
-        nn::snake(s.b.data(), c, l, r.alpha2.data(), pool);
-        r.conv2.forward(s.b.data(), l, s.a.data(), &pool);
+        // AdaIN and Snake in one pass that also takes the range the convolution's
+        // quantization needs (AdaIN1d::forward_snake: the same bits as the three passes).
+        QuantRange range;
+        r.adain1.forward_snake(out.data(), l, style, r.alpha1.data(), s.a.data(), range, &pool);
+        r.conv1.forward(s.a.data(), l, s.b.data(), &pool, &range);
+        r.adain2.forward_snake(s.b.data(), l, style, r.alpha2.data(), s.b.data(), range, &pool);
+        r.conv2.forward(s.b.data(), l, s.a.data(), &pool, &range);
         float* o = out.data();
         const float* t = s.a.data();
         pool.run([&](int share, int shares) {

@@ -2,9 +2,11 @@
 #include "tts/kokoro/no_contract.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/thread_pool.h"
 #include "nn/conv_transpose1d.h"
+#include "nn/snake.h"
 #include "tts/kokoro/onnx_math.h"
 #include "tts/kokoro/parallel.h"
 
@@ -12,14 +14,16 @@ namespace dasllama::kokoro {
 
 namespace {
 
-constexpr float kRsqrt2 = 1.4142135381698608f;   // residual blocks divide by this (sqrt(2))
-
-// fc(style) for one style row: the row is quantized on its own, as the graph does.
-std::vector<float> style_fc(const Linear& fc, const float* style) {
-    std::vector<float> h(size_t(fc.out()));
-    fc.forward(style, 1, h.data(), nullptr);
-    return h;
+// AdaIN's affine over rows [c0, c1) of out [C, L]: (1 + gamma) * v + beta, h = [gamma | beta].
+void affine_rows(const float* h, int64_t c, int64_t c0, int64_t c1, int64_t l, float* out) {
+    for (int64_t i = c0; i < c1; ++i) {
+        const float g = h[i] + 1.0f, b = h[c + i];
+        float* row = out + i * l;
+        for (int64_t j = 0; j < l; ++j) row[j] = g * row[j] + b;
+    }
 }
+
+constexpr float kRsqrt2 = 1.4142135381698608f;   // residual blocks divide by this (sqrt(2))
 
 // The pool for callers that pass none (the transposed convolution takes one by reference).
 ThreadPool& serial_pool() {
@@ -28,6 +32,20 @@ ThreadPool& serial_pool() {
 }
 
 }  // namespace
+
+// ============================================================================ StyleFcCache
+
+// fc(style) for one style row: the row is quantized on its own, as the graph does.
+const std::vector<float>& StyleFcCache::get(const Linear& fc, const float* style) const {
+    const size_t k = size_t(fc.in());
+    if (h_.size() == size_t(fc.out()) && style_.size() == k &&
+        std::memcmp(style_.data(), style, k * sizeof(float)) == 0)
+        return h_;
+    h_.resize(size_t(fc.out()));
+    fc.forward(style, 1, h_.data(), nullptr);
+    style_.assign(style, style + k);
+    return h_;
+}
 
 // ============================================================================ AdaIN1d
 
@@ -43,15 +61,49 @@ AdaIN1d AdaIN1d::load(const KokoroWeights& w, const std::string& module) {
 void AdaIN1d::forward(const float* x, int64_t l, const float* style, float* out,
                       ThreadPool* pool) const {
     const int64_t c = channels();
-    const std::vector<float> h = style_fc(fc_, style);
+    const std::vector<float>& h = cache_.get(fc_, style);
     parallel_rows(pool, c, l, [&](int64_t c0, int64_t c1) {
         instance_norm(x + c0 * l, c1 - c0, l, kAdaInEps, out + c0 * l);
-        for (int64_t i = c0; i < c1; ++i) {
-            const float g = h[size_t(i)] + 1.0f, b = h[size_t(c + i)];
-            float* row = out + i * l;
-            for (int64_t j = 0; j < l; ++j) row[j] = g * row[j] + b;
-        }
+        affine_rows(h.data(), c, c0, c1, l, out);
     });
+}
+
+void AdaIN1d::forward_snake(const float* x, int64_t l, const float* style, const float* alpha,
+                            float* out, QuantRange& range, ThreadPool* pool) const {
+    const int64_t c = channels();
+    const std::vector<float>& h = cache_.get(fc_, style);
+    const ActivationKernels& act = activation_kernels();
+    const nn::snake_kernels::Kernels& sk = nn::snake_kernels::active();
+    // The fused pass reproduces the AVX-512 snake row; with any other snake level the chain
+    // runs unfused (the same bits either way).
+    const bool fused = act.adain_snake && std::strcmp(sk.isa, act.isa) == 0;
+    auto rows = [&](int64_t c0, int64_t c1, float* part) {
+        if (fused) {
+            act.adain_snake(x + c0 * l, c1 - c0, l, kAdaInEps, h.data() + c0, h.data() + c + c0,
+                            alpha + c0, out + c0 * l, part);
+            return;
+        }
+        instance_norm(x + c0 * l, c1 - c0, l, kAdaInEps, out + c0 * l);
+        affine_rows(h.data(), c, c0, c1, l, out);
+        for (int64_t i = c0; i < c1; ++i) sk.row(out + i * l, l, alpha[i], 1.0f / alpha[i]);
+        int8_vector().range(out + c0 * l, (c1 - c0) * l, part[0], part[1], part[2]);
+    };
+    const int threads = pool ? pool->size() : 1;
+    std::vector<float> parts(size_t(3 * threads), 0.0f);
+    if (threads <= 1 || c < 2 || c * l < kParallelValues) {
+        rows(0, c, parts.data());
+    } else {
+        pool->run([&](int t, int nt) {
+            const int64_t r0 = c * t / nt, r1 = c * (t + 1) / nt;
+            if (r0 < r1) rows(r0, r1, &parts[size_t(3 * t)]);
+        });
+    }
+    range = QuantRange{};
+    for (int t = 0; t < threads; ++t) {   // min and max exact in any order; zero is 0 or NaN
+        range.lo = std::min(range.lo, parts[size_t(3 * t)]);
+        range.hi = std::max(range.hi, parts[size_t(3 * t + 1)]);
+        range.zero = range.zero + parts[size_t(3 * t + 2)];
+    }
 }
 
 // ============================================================================ AdaLayerNorm
@@ -69,7 +121,7 @@ AdaLayerNorm AdaLayerNorm::load(const KokoroWeights& w, const std::string& modul
 void AdaLayerNorm::forward(const float* x, int64_t t, const float* style, float* out,
                            ThreadPool*) const {
     const int64_t c = channels();
-    const std::vector<float> h = style_fc(fc_, style);
+    const std::vector<float>& h = cache_.get(fc_, style);
     layer_norm_lanes(x, weight_, bias_, t, c, eps_, out);
     for (int64_t r = 0; r < t; ++r)
         for (int64_t j = 0; j < c; ++j)

@@ -31,6 +31,17 @@ namespace dasllama::kokoro {
 constexpr float kBlockSlope = 0.2f;    // the residual blocks' and text encoder's LeakyReLU
 constexpr float kAdaInEps = 1e-5f;     // InstanceNorm's epsilon inside AdaIN
 
+// fc(style) of the last style row a block saw: every call of a chunk passes the same row, so
+// the product runs once per chunk (the row compared bit for bit). Not thread-safe, as the
+// blocks' forward is not.
+class StyleFcCache {
+public:
+    const std::vector<float>& get(const Linear& fc, const float* style) const;
+
+private:
+    mutable std::vector<float> style_, h_;
+};
+
 class AdaIN1d {
 public:
     AdaIN1d() = default;
@@ -41,9 +52,15 @@ public:
     // x [C, L] -> out [C, L] (out may equal x).
     void forward(const float* x, int64_t l, const float* style, float* out,
                  ThreadPool* pool) const;
+    // out = Snake(AdaIN(x)) with per-channel alpha [C] (nn/snake.h), and range = out's
+    // quantization range (for the int8 convolution that reads it): the same bits as forward,
+    // nn::snake and a range pass, in one pass per row where the CPU has the fused kernel.
+    void forward_snake(const float* x, int64_t l, const float* style, const float* alpha,
+                       float* out, QuantRange& range, ThreadPool* pool) const;
 
 private:
     Linear fc_;
+    StyleFcCache cache_;
 };
 
 class AdaLayerNorm {
@@ -58,6 +75,7 @@ public:
 
 private:
     Linear fc_;
+    StyleFcCache cache_;
     const float* weight_ = nullptr;
     const float* bias_ = nullptr;
     float eps_ = 1e-5f;

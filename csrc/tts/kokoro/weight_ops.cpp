@@ -146,9 +146,10 @@ void Conv::forward(const std::vector<float>& x, int64_t n, std::vector<float>& y
     forward(x.data(), n, y.data(), pool);
 }
 
-void Conv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const {
+void Conv::forward(const float* x, int64_t n, float* y, ThreadPool* pool,
+                   const QuantRange* range) const {
     if (lane_ == Lane::kInt8)
-        q_.forward(x, n, y, pool);
+        q_.forward(x, n, y, pool, range);
     else
         forward_float(x, n, y, pool);
 }

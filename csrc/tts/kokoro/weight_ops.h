@@ -95,7 +95,10 @@ public:
     // Output length for an input of n positions; ShapeError naming the module when none.
     int64_t out_length(int64_t n) const;
 
-    void forward(const float* x, int64_t n, float* y, ThreadPool* pool) const;
+    // range: x's quantization range when the caller has it (the int8 lane then skips its
+    // range pass; the float lane ignores it).
+    void forward(const float* x, int64_t n, float* y, ThreadPool* pool,
+                 const QuantRange* range = nullptr) const;
     void forward(const std::vector<float>& x, int64_t n, std::vector<float>& y,
                  ThreadPool* pool) const;
 
