@@ -259,3 +259,79 @@ def test_decoder_on_ctranslate2_encoder_output(ct2_windows, clip):
 
     assert steps_within(m) >= MIN_STEPS_WITHIN
     assert steps_within(ours["f32"]) == 0    # control: float32 weights give other numbers
+
+
+# =============================================================================================
+# An int8 model: its weights as stored
+# =============================================================================================
+
+def write_int8_whisper_dir(folder: Path, levels: int = 100) -> Path:
+    """A random Whisper directory whose matrices are int8 with row scales levels / amax (not
+    127 / amax), so re-quantizing their float values at load would give other integers."""
+    from dasllama.convert.ct2 import read_ct2_model
+    from dasllama.testing.whisper import write_ct2_model, write_random_whisper_dir
+
+    folder = write_random_whisper_dir(folder)
+    model = read_ct2_model(folder / "model.bin")
+    out = {}
+    for name, value in model.variables.items():
+        a = np.array(value)
+        if name.endswith("weight") and a.ndim == 2:
+            s = (F32(levels) / np.abs(a).max(axis=1).astype(F32)).astype(F32)
+            out[name] = np.clip(np.rint(a * s[:, None]), -127, 127).astype(np.int8)
+            out[name + "_scale"] = s
+        else:
+            out[name] = a
+    write_ct2_model(folder / "model.bin", dict(sorted(out.items())), dict(model.aliases))
+    return folder
+
+
+BAR_FIRST_STEP = 1e-4   # max abs, the first step's logits on CTranslate2's encoder output
+
+
+def test_int8_model_is_used_as_stored(tmp_path):
+    """A CTranslate2 int8 model converts to I8 matrices with their scales, and the int8 lane
+    multiplies with those integers: its first decoder step on CTranslate2's encoder output
+    equals CTranslate2's. Control: the same model converted to float32 matrices, quantized
+    again at load (127 / amax), gives other logits."""
+    require("faster_whisper")
+    import ctranslate2
+    import dasllama
+    from dasllama.convert.whisper import convert_whisper
+    from dasllama import gguf
+
+    folder = write_int8_whisper_dir(tmp_path / "int8")
+    stored = convert_whisper(folder, tmp_path / "stored.gguf")
+    with gguf.open(stored) as f:
+        types = {name: info.type for name, info in f.tensors.items()}
+    assert types["enc.blk.0.attn.qkv.weight"] == "I8"
+    assert types["enc.blk.0.attn.qkv.weight_scale"] == "F32"
+    again = convert_whisper(folder, tmp_path / "again.gguf", lane="f32")
+
+    theirs = ctranslate2.models.Whisper(str(folder), device="cpu", compute_type="int8",
+                                        intra_threads=1)
+    rng = np.random.default_rng(3)
+    win = rng.standard_normal((1, 80, 3000)).astype(F32) * F32(0.3)
+    enc = np.array(theirs.encode(ctranslate2.StorageView.from_array(win), to_cpu=True))
+    ours = dasllama.ASR(stored, n_threads=2, compute_type="int8").model
+    sot = ours.config["tokens"]["sot"]
+    r = theirs.generate(ctranslate2.StorageView.from_array(enc), [[sot]], beam_size=1,
+                        suppress_blank=False, suppress_tokens=[], max_length=3,
+                        return_logits_vocab=True)[0]
+    first = np.asarray(r.logits[0][0]).reshape(-1)
+    live = first > -1e30
+
+    def first_step(model) -> float:
+        model.set_window(enc[0])
+        mine = np.asarray(model.decoder_logits([sot]))[0]
+        return float(np.abs(mine - first)[live].max())
+
+    got = first_step(ours)
+    control = first_step(dasllama.ASR(again, n_threads=2, compute_type="int8").model)
+    print(f"first step max diff: as stored {got:.2e}, quantized again {control:.2e}")
+    assert got <= BAR_FIRST_STEP
+    assert control > 10 * BAR_FIRST_STEP
+    # the float32 lane reads the I8 matrices as float(q) / scale
+    f32 = dasllama.ASR(stored, n_threads=2, compute_type="f32").model
+    f32.set_window(enc[0])
+    assert np.isfinite(np.asarray(f32.decoder_logits([sot]))).all()

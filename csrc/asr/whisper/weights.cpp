@@ -61,7 +61,7 @@ public:
             if (t.traits->type == GgmlType::F32 ||
                 ((few_rows || compute_ == ComputeType::kInt8) && t.traits->type == GgmlType::F16))
                 return cpu::prepare_weight(*t.traits, rows, cols, f_->tensor_data(t), f_);
-            auto wide = std::make_shared<std::vector<float>>(floats(name, {rows, cols}));
+            auto wide = std::make_shared<std::vector<float>>(matrix_floats(name, rows, cols));
             return cpu::prepare_weight(*type_traits(uint32_t(GgmlType::F32)), rows, cols,
                                        reinterpret_cast<const uint8_t*>(wide->data()), wide);
         } catch (const FormatError& e) {
@@ -69,13 +69,51 @@ public:
         }
     }
 
-    // The int8 lane's form of a matrix (nn/linear_s8.h): each row quantized with its own
+    // An I8 matrix (a CTranslate2 int8 model's weights, kept as stored by the converter)
+    // comes with NAME_scale [rows]: weight = q / scale.
+    bool stored_int8(const std::string& name) const {
+        const GGUFTensor* t = f_->find_tensor(name);
+        return t && t->traits->type == GgmlType::I8;
+    }
+    const int8_t* int8_rows(const std::string& name, int64_t rows, int64_t cols,
+                            std::vector<float>& scale) const {
+        const GGUFTensor& t = get(name, {rows, cols});
+        scale = floats(name + "_scale", {rows});
+        return reinterpret_cast<const int8_t*>(f_->tensor_data(t));
+    }
+
+    // A matrix's float32 values: its type's widening, or for I8 float(q) * (1 / scale) (how
+    // CTranslate2 dequantizes an int8 weight).
+    std::vector<float> matrix_floats(const std::string& name, int64_t rows, int64_t cols) const {
+        if (!stored_int8(name)) return floats(name, {rows, cols});
+        std::vector<float> scale;
+        const int8_t* q = int8_rows(name, rows, cols, scale);
+        std::vector<float> out(size_t(rows * cols));
+        for (int64_t r = 0; r < rows; ++r) {
+            const float inv = 1.f / scale[size_t(r)];
+            for (int64_t c = 0; c < cols; ++c)
+                out[size_t(r * cols + c)] = float(q[r * cols + c]) * inv;
+        }
+        return out;
+    }
+
+    // The int8 lane's form of a matrix (nn/linear_s8.h): an I8 matrix as stored (its rows and
+    // scales, as CTranslate2 uses an int8 model); otherwise each row quantized with its own
     // scale from the file's values (F16 widened to float32 first, exactly), as CTranslate2
     // quantizes a float model for compute_type int8.
     std::shared_ptr<const nn::S8Matrix> int8(const std::string& name, int64_t rows,
                                              int64_t cols) const {
-        const std::vector<float> values = floats(name, {rows, cols});
-        return std::make_shared<nn::S8Matrix>(nn::quantize_s8(values.data(), rows, cols));
+        try {
+            if (stored_int8(name)) {
+                std::vector<float> scale;
+                const int8_t* q = int8_rows(name, rows, cols, scale);
+                return std::make_shared<nn::S8Matrix>(nn::pack_s8(q, scale.data(), rows, cols));
+            }
+            const std::vector<float> values = floats(name, {rows, cols});
+            return std::make_shared<nn::S8Matrix>(nn::quantize_s8(values.data(), rows, cols));
+        } catch (const ShapeError& e) {
+            throw ShapeError(f_->path() + ": tensor '" + name + "': " + e.what());
+        }
     }
 
     nn::Linear linear(const std::string& p, int64_t out, int64_t in, bool few_rows = false) const {
