@@ -21,7 +21,8 @@ Tensor names (NumPy shapes; d = n_audio_state = n_text_state)::
     mel_filters [n_mels, n_fft / 2 + 1]
 
 The output projection is tied to ``dec.tok_emb`` (a model whose projection is its own
-variable gets ``dec.proj.weight``).
+variable gets ``dec.proj.weight``). An int8 model's matrices (lane "auto") are written as
+stored: I8 ``NAME`` with F32 ``NAME_scale`` [rows] (weight = q / scale).
 """
 
 from __future__ import annotations
