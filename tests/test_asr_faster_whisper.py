@@ -147,8 +147,8 @@ def test_silence_and_noise_equal_faster_whisper(engines):
         same(mine, ref)
 
 
-# The int8 lane (Q8_0 weights, 8-bit activations) against the float32 lane: measured here,
-# identical words on every clip. The bar allows one word in twenty to differ on other CPUs
+# The int8 lane (CTranslate2's int8 numerics) against the float32 lane: measured here,
+# identical words on three clips, WER 0.077 on us_plain (one word). The bar allows one word in twenty to differ on other CPUs
 # (8-bit rounding moves logits by ~1e-2, enough to flip a near-tie).
 BAR_INT8_WER = 0.05
 

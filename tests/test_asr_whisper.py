@@ -29,11 +29,12 @@ from dasllama.reference.whisper import ReferenceWhisper
 BAR_MEL = 4e-6       # log-mel of a clip                         [1.1e-6 real, 5e-8 random]
 BAR_ENC = 2e-6       # encoder output of a window               [7.0e-7 real, 1.6e-7 random]
 BAR_LOGITS = 2e-6    # decoder logits, teacher forced           [6.7e-7 real, 1.6e-7 random]
-# The int8 lane (Q8_0 weights, 8-bit activations: rounding of ~0.4% per product) on tiny.en.
-# Its encoder: Q8_0 linears and float32 attention [2.5e-2]; with AMX, bfloat16 linears and
-# attention [7.8e-3]. One bar for both.
-BAR_INT8_ENC = 6e-2      # encoder output                              [2.5e-2 / 7.8e-3]
-BAR_INT8_LOGITS = 8e-2   # decoder logits, teacher forced              [3.4e-2]
+# The int8 lane (CTranslate2's int8 numerics: one scale per weight row and per activation
+# row, float32 attention) on tiny.en. One scale per row rounds more coarsely than blocks of
+# 32 would; CTranslate2's own int8 encoder is as far from its float32 one on this window
+# (rel-l2 4.6e-2, measured with ctranslate2 4.8.5).
+BAR_INT8_ENC = 6e-2      # encoder output                              [4.6e-2]
+BAR_INT8_LOGITS = 1.2e-1  # decoder logits, teacher forced             [9.8e-2]
 FIXTURES = Path(__file__).parent / "fixtures" / "asr"
 
 
@@ -162,8 +163,11 @@ def test_int8_lane_stays_near_the_reference(real_stages):
     int8.set_window(s.ref_enc)
     ours = int8.decoder_logits(tokens)
     ref = s.ref.decoder_logits(s.ref_enc, tokens)
-    control = logits_cross_wrong_layer(s.ref, s.ref_enc, tokens)
-    check("real int8 decoder logits", rel(ours, ref), BAR_INT8_LOGITS, rel(ours, control))
+    control = rel(ours, logits_cross_wrong_layer(s.ref, s.ref_enc, tokens))
+    # 8-bit rows put the lane at a tenth of the wrong-layer control's distance [9.6e-1], so
+    # its margin is 5x the bar, not check()'s 10x
+    check("real int8 decoder logits", rel(ours, ref), BAR_INT8_LOGITS)
+    assert control >= 5 * BAR_INT8_LOGITS, f"negative control {control:.2e}"
     with pytest.raises(Exception, match="compute type 'int4' is not one of"):
         _core.WhisperModel(str(s.ref.path), 1, "int4")
 

@@ -15,6 +15,8 @@
 #include "asr/whisper/whisper_model.h"
 #include "bindings/bindings.h"
 #include "core/errors.h"
+#include "core/thread_pool.h"
+#include "nn/linear_s8.h"
 
 namespace py = pybind11;
 
@@ -292,6 +294,45 @@ void bind_asr(py::module_& m) {
              },
              py::arg("x"), py::arg("width") = int(whisper::kMedianFilterWidth),
              "median of width (odd) neighbours along each row, the edges reflected");
+    // The int8 lane's arithmetic (csrc/nn/linear_s8.h), for tests against a NumPy form of the
+    // rule: the row quantizer, the activation rule and the whole product.
+    m.def("int8_quantize_rows", [](const FloatArray& w) {
+        if (w.ndim() != 2 || w.shape(0) == 0 || w.shape(1) == 0)
+            throw ShapeError("int8_quantize_rows: expected a non-empty 2-D float32 array");
+        const nn::S8Matrix m = nn::quantize_s8(w.data(), w.shape(0), w.shape(1));
+        py::array_t<int8_t> q({w.shape(0), w.shape(1)});
+        py::array_t<float> scale(w.shape(0));
+        for (int64_t r = 0; r < m.rows; ++r) {
+            nn::s8_row(m, r, q.mutable_data() + r * m.cols);
+            scale.mutable_data()[r] = m.scale[size_t(r)];
+        }
+        return py::make_tuple(q, scale);
+    }, py::arg("w"), "(q int8 [rows, cols], scale float32 [rows]): W quantized row by row");
+    m.def("int8_quantize_activations", [](const FloatArray& x) {
+        if (x.ndim() != 2 || x.shape(1) == 0)
+            throw ShapeError("int8_quantize_activations: expected a 2-D float32 array");
+        py::array_t<uint8_t> u({x.shape(0), x.shape(1)});
+        py::array_t<float> inv(x.shape(0));
+        nn::quantize_activations_u8(x.data(), x.shape(0), x.shape(1), u.mutable_data(),
+                                    inv.mutable_data());
+        return py::make_tuple(u, inv);
+    }, py::arg("x"), "(u uint8 [n, cols], 1 / scale float32 [n]): the activation rule");
+    m.def("int8_linear", [](const FloatArray& w, std::optional<FloatArray> bias,
+                            const FloatArray& x, int n_threads) {
+        if (w.ndim() != 2 || x.ndim() != 2 || x.shape(1) != w.shape(1) || w.shape(0) == 0 ||
+            w.shape(1) == 0)
+            throw ShapeError("int8_linear: expected w [rows, cols] and x [n, cols] float32");
+        if (bias && (bias->ndim() != 1 || bias->shape(0) != w.shape(0)))
+            throw ShapeError("int8_linear: bias must have w.shape[0] values");
+        const nn::S8Matrix m = nn::quantize_s8(w.data(), w.shape(0), w.shape(1));
+        ThreadPool pool(n_threads);
+        nn::S8Scratch scratch;
+        py::array_t<float> y({x.shape(0), w.shape(0)});
+        nn::linear_s8(m, bias ? bias->data() : nullptr, x.data(), x.shape(0), y.mutable_data(),
+                      pool, scratch);
+        return py::make_tuple(y, std::string(nn::linear_s8_kernel(x.shape(0))));
+    }, py::arg("w"), py::arg("bias"), py::arg("x"), py::arg("n_threads") = 1,
+       "(y [n, rows], kernel name): x W^T + bias through the int8 lane's product");
     m.def("whisper_gpu_unfit", [](int64_t n_mels, int64_t n_ctx, int64_t d, int64_t heads,
                                   int64_t ff, int64_t layers, uint64_t max_binding_bytes) {
         whisper::EncoderGpuDims e;

@@ -7,6 +7,11 @@ namespace dasllama::nn {
 
 void linear(const Linear& l, const float* x, int64_t n, float* y, ThreadPool& pool,
             cpu::Precision precision) {
+    if (l.s8) {
+        thread_local S8Scratch scratch;   // the calling thread's 8-bit activations
+        linear_s8(*l.s8, l.bias.empty() ? nullptr : l.bias.data(), x, n, y, pool, scratch);
+        return;
+    }
     if (l.bf16 && n >= kBf16MinRows) {
         thread_local Bf16GemmScratch scratch;   // the calling thread's rounded activations
         gemm_bf16(*l.bf16, x, n, y, pool, scratch);

@@ -7,6 +7,7 @@
 
 #include "cpu/matmul.h"
 #include "nn/gemm_bf16.h"
+#include "nn/linear_s8.h"
 
 namespace dasllama {
 class ThreadPool;
@@ -20,6 +21,10 @@ struct Linear {
     // Set by a loader for a reduced-precision lane (nn/gemm_bf16.h): products of at least
     // kBf16MinRows rows then run in bfloat16 on AMX whatever `precision` says.
     std::shared_ptr<const Bf16Matrix> bf16;
+    // Set by a loader for an int8 lane with per-row scales (nn/linear_s8.h): every product
+    // then runs in 8-bit integers whatever `precision` says, and `w` is only kept for other
+    // devices.
+    std::shared_ptr<const S8Matrix> s8;
 };
 
 // Below this many rows a bfloat16 product is not worth rounding the activations for: decode

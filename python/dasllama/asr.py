@@ -95,7 +95,8 @@ TASKS = ("transcribe", "translate")
 # The log-mel of digital silence, (log10(1e-10) + 4) / 4: faster-whisper's one feature frame
 # of an empty clip (what it detects the language on when the VAD filter keeps nothing).
 SILENT_MEL = -1.5
-# compute_type -> the C++ lane: float32 linears, or Q8_0 weights with 8-bit activations.
+# compute_type -> the C++ lane: float32 linears, or CTranslate2's int8 numerics (int8 weight
+# rows and 8-bit activation rows, each with its own scale; csrc/nn/linear_s8.h).
 _COMPUTE_TYPES = {"default": "f32", "auto": "f32", "float32": "f32", "f32": "f32",
                   "int8": "int8"}
 
@@ -244,8 +245,10 @@ class ASR:
     window (the mel front end and the decoder stay on the CPU) or declines it to the CPU
     encoder with a reason (``seat_stats()``). A device that is absent raises DeviceError naming
     the devices there are. compute_type: "float32" (also "default", "auto":
-    float32 linears, the parity lane) or "int8" (weights quantized to Q8_0 at load, 8-bit
-    activations: about 4x less weight traffic; transcripts may differ from float32's).
+    float32 linears, the parity lane) or "int8" (faster-whisper's compute_type="int8"
+    arithmetic: weights quantized at load to int8 rows with one scale each, activations to
+    8 bits per row, attention and norms in float32; transcripts may differ from float32's,
+    and from faster-whisper's int8 where an 8-bit value rounds the other way).
     n_threads: CPU threads (default: the physical cores).
     """
 

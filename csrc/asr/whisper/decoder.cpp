@@ -135,7 +135,10 @@ const float* Decoder::run(const int32_t* tokens, int64_t n, ThreadPool& pool, in
     proj_.resize(size_t(n * d));
     ff_.resize(size_t(n * 4 * d));
     for (int64_t t = 0; t < n; ++t) {
-        cpu::get_row(w_.tok_emb, tokens[t], x_.data() + t * d);
+        if (w_.tok_emb_s8)
+            nn::s8_dequantize_row(*w_.tok_emb_s8, tokens[t], x_.data() + t * d);
+        else
+            cpu::get_row(w_.tok_emb, tokens[t], x_.data() + t * d);
         cpu::add(x_.data() + t * d, w_.dec_pos.data() + row_pos_[size_t(t)] * d, d);
     }
     cpu::AttentionShape shape;
@@ -195,6 +198,11 @@ const float* Decoder::run(const int32_t* tokens, int64_t n, ThreadPool& pool, in
 }
 
 void Decoder::logits(const float* h, int64_t n, float* out, ThreadPool& pool) const {
+    if (w_.proj_s8) {   // the int8 lane: no bias, as the tied projection has none
+        thread_local nn::S8Scratch scratch;
+        nn::linear_s8(*w_.proj_s8, nullptr, h, n, out, pool, scratch);
+        return;
+    }
     cpu::matmul(w_.proj, h, n, out, pool, w_.precision);
 }
 

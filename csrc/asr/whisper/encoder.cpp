@@ -31,11 +31,8 @@ void Encoder::run(const float* window, std::vector<float>& out, ThreadPool& pool
     proj_.resize(size_t(n * d));
     ff_.resize(size_t(n * 4 * d));
     const float scale = float(1.0 / std::sqrt(double(hd)));
-    // The int8 lane's attention runs in bfloat16 (its bars: tests/test_asr_whisper.py); the
-    // float32 lane keeps float32 products.
-    const nn::AttendPrecision attend = w_.precision == cpu::Precision::kFast
-                                           ? nn::AttendPrecision::kBF16
-                                           : nn::AttendPrecision::kF32;
+    // Attention stays float32 in both lanes (CTranslate2's int8 lane keeps it so too).
+    const nn::AttendPrecision attend = nn::AttendPrecision::kF32;
     for (const EncoderLayer& l : w_.enc) {
         nn::layer_norm(x, l.attn_ln.w.data(), l.attn_ln.b.data(), n, d, kLayerNormEps, h_.data());
         nn::linear(l.qkv, h_.data(), n, qkv_.data(), pool, w_.precision);

@@ -6,6 +6,7 @@
 #include "core/errors.h"
 #include "core/formats.h"
 #include "core/gguf.h"
+#include "nn/linear_s8.h"
 #include "nn/tensor_reader.h"
 
 namespace dasllama::whisper {
@@ -50,25 +51,17 @@ public:
     // CTranslate2 model would otherwise be widened row by row at every call). few_rows: the
     // matrix only meets a few rows at a time (decoding steps), where reading F16 from the
     // mapping (widened 16 rows at a time with F16C, the same products) halves the bytes
-    // each step streams; F16 then stays a view.
+    // each step streams; F16 then stays a view. In the int8 lane the float matrix only
+    // serves a GPU seat (the CPU multiplies int8(): nn::Linear::s8), so it stays a view of
+    // the mapping wherever its type allows.
     cpu::WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols,
                              bool few_rows = false) const {
         const GGUFTensor& t = get(name, {rows, cols});
         try {
-            if (compute_ == ComputeType::kInt8) {
-                const TypeTraits& q8 = *type_traits(uint32_t(GgmlType::Q8_0));
-                if (cols % q8.block_size)
-                    throw ShapeError(f_->path() + ": tensor '" + name + "': rows of " +
-                                     std::to_string(cols) + " do not fill Q8_0 blocks of 32");
-                const std::vector<float> values = floats(name, {rows, cols});
-                auto packed = std::make_shared<std::vector<uint8_t>>(
-                    size_t(rows * row_bytes(q8, cols)));
-                quantize(q8, values.data(), packed->data(), rows * cols);
-                return cpu::prepare_weight(q8, rows, cols, packed->data(), packed);
-            }
-            if (t.traits->type == GgmlType::F32 || (few_rows && t.traits->type == GgmlType::F16))
+            if (t.traits->type == GgmlType::F32 ||
+                ((few_rows || compute_ == ComputeType::kInt8) && t.traits->type == GgmlType::F16))
                 return cpu::prepare_weight(*t.traits, rows, cols, f_->tensor_data(t), f_);
-            auto wide = std::make_shared<std::vector<float>>(floats(name, {rows, cols}));
+            auto wide = std::make_shared<std::vector<float>>(matrix_floats(name, rows, cols));
             return cpu::prepare_weight(*type_traits(uint32_t(GgmlType::F32)), rows, cols,
                                        reinterpret_cast<const uint8_t*>(wide->data()), wide);
         } catch (const FormatError& e) {
@@ -76,19 +69,57 @@ public:
         }
     }
 
-    nn::Linear linear(const std::string& p, int64_t out, int64_t in, bool few_rows = false) const {
-        return {matrix(p + ".weight", out, in, few_rows), floats(p + ".bias", {out}), nullptr};
+    // An I8 matrix (a CTranslate2 int8 model's weights, kept as stored by the converter)
+    // comes with NAME_scale [rows]: weight = q / scale.
+    bool stored_int8(const std::string& name) const {
+        const GGUFTensor* t = f_->find_tensor(name);
+        return t && t->traits->type == GgmlType::I8;
+    }
+    const int8_t* int8_rows(const std::string& name, int64_t rows, int64_t cols,
+                            std::vector<float>& scale) const {
+        const GGUFTensor& t = get(name, {rows, cols});
+        scale = floats(name + "_scale", {rows});
+        return reinterpret_cast<const int8_t*>(f_->tensor_data(t));
     }
 
-    // linear(), plus for the int8 lane on a CPU with AMX-BF16 the weights in bfloat16 for the
-    // encoder's 1500-row products (nn/gemm_bf16.h); the Q8_0 copy stays for short inputs.
-    nn::Linear encoder_linear(const std::string& p, int64_t out, int64_t in) const {
-        nn::Linear l = linear(p, out, in);
-        if (compute_ == ComputeType::kInt8 && nn::gemm_bf16_available() && out % 32 == 0 &&
-            in % 32 == 0) {
-            const std::vector<float> values = floats(p + ".weight", {out, in});
-            l.bf16 = std::make_shared<nn::Bf16Matrix>(nn::pack_bf16(values.data(), out, in));
+    // A matrix's float32 values: its type's widening, or for I8 float(q) * (1 / scale) (how
+    // CTranslate2 dequantizes an int8 weight).
+    std::vector<float> matrix_floats(const std::string& name, int64_t rows, int64_t cols) const {
+        if (!stored_int8(name)) return floats(name, {rows, cols});
+        std::vector<float> scale;
+        const int8_t* q = int8_rows(name, rows, cols, scale);
+        std::vector<float> out(size_t(rows * cols));
+        for (int64_t r = 0; r < rows; ++r) {
+            const float inv = 1.f / scale[size_t(r)];
+            for (int64_t c = 0; c < cols; ++c)
+                out[size_t(r * cols + c)] = float(q[r * cols + c]) * inv;
         }
+        return out;
+    }
+
+    // The int8 lane's form of a matrix (nn/linear_s8.h): an I8 matrix as stored (its rows and
+    // scales, as CTranslate2 uses an int8 model); otherwise each row quantized with its own
+    // scale from the file's values (F16 widened to float32 first, exactly), as CTranslate2
+    // quantizes a float model for compute_type int8.
+    std::shared_ptr<const nn::S8Matrix> int8(const std::string& name, int64_t rows,
+                                             int64_t cols) const {
+        try {
+            if (stored_int8(name)) {
+                std::vector<float> scale;
+                const int8_t* q = int8_rows(name, rows, cols, scale);
+                return std::make_shared<nn::S8Matrix>(nn::pack_s8(q, scale.data(), rows, cols));
+            }
+            const std::vector<float> values = floats(name, {rows, cols});
+            return std::make_shared<nn::S8Matrix>(nn::quantize_s8(values.data(), rows, cols));
+        } catch (const ShapeError& e) {
+            throw ShapeError(f_->path() + ": tensor '" + name + "': " + e.what());
+        }
+    }
+
+    nn::Linear linear(const std::string& p, int64_t out, int64_t in, bool few_rows = false) const {
+        nn::Linear l{matrix(p + ".weight", out, in, few_rows), floats(p + ".bias", {out}),
+                     nullptr, nullptr};
+        if (compute_ == ComputeType::kInt8) l.s8 = int8(p + ".weight", out, in);
         return l;
     }
 
@@ -177,7 +208,6 @@ std::shared_ptr<WhisperWeights> load_whisper(const std::string& path, ComputeTyp
     auto w = std::make_shared<WhisperWeights>();
     w->file = f;
     w->compute = compute;
-    w->precision = compute == ComputeType::kInt8 ? cpu::Precision::kFast : cpu::Precision::kF32;
     WhisperConfig& c = w->cfg;
     c = read_config(r);
     const int64_t d = c.n_audio_state, ff = 4 * d;
@@ -192,11 +222,11 @@ std::shared_ptr<WhisperWeights> load_whisper(const std::string& path, ComputeTyp
         const std::string p = "enc.blk." + std::to_string(i) + ".";
         EncoderLayer l;
         l.attn_ln = r.norm(p + "attn_ln", d);
-        l.qkv = r.encoder_linear(p + "attn.qkv", 3 * d, d);
-        l.out = r.encoder_linear(p + "attn.out", d, d);
+        l.qkv = r.linear(p + "attn.qkv", 3 * d, d);
+        l.out = r.linear(p + "attn.out", d, d);
         l.mlp_ln = r.norm(p + "mlp_ln", d);
-        l.fc1 = r.encoder_linear(p + "mlp.fc1", ff, d);
-        l.fc2 = r.encoder_linear(p + "mlp.fc2", d, ff);
+        l.fc1 = r.linear(p + "mlp.fc1", ff, d);
+        l.fc2 = r.linear(p + "mlp.fc2", d, ff);
         w->enc.push_back(std::move(l));
     }
     w->ln_post = r.norm("enc.ln_post", d);
@@ -219,6 +249,11 @@ std::shared_ptr<WhisperWeights> load_whisper(const std::string& path, ComputeTyp
     }
     w->dec_ln = r.norm("dec.ln", d);
     w->proj = r.has("dec.proj.weight") ? r.matrix("dec.proj.weight", c.n_vocab, d) : w->tok_emb;
+    if (compute == ComputeType::kInt8) {   // the lookup and the logits share one int8 matrix
+        w->tok_emb_s8 = r.int8("dec.tok_emb", c.n_vocab, d);
+        w->proj_s8 = r.has("dec.proj.weight") ? r.int8("dec.proj.weight", c.n_vocab, d)
+                                              : w->tok_emb_s8;
+    }
     return w;
 }
 

@@ -1,7 +1,7 @@
 // Whisper's configuration and weights, read from a GGUF in dasllama.convert.whisper's layout
 // (its module text lists the tensor names). In the float32 lane everything is float32 in
 // memory: F32 matrices view the mapped file, F16 ones (and vectors, positions, convolutions)
-// are widened at load; the int8 lane quantizes the matrices to Q8_0 instead.
+// are widened at load; the int8 lane quantizes the matrices to int8 rows instead.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include "cpu/matmul.h"
 #include "nn/conv1d.h"
 #include "nn/linear.h"
+#include "nn/linear_s8.h"
 
 namespace dasllama {
 class GGUFFile;
@@ -52,19 +53,17 @@ struct DecoderLayer {
 
 // How the linear layers multiply. kF32: float32 weights and activations (an F16 file's
 // encoder and cross K/V weights widened at load; the decoder's step weights and the tied
-// output read as F16 and widened 16 rows at a time, the same products). kInt8: weights quantized to Q8_0 at load (blocks of 32 with an f16 scale) and
-// activations rounded to 8 bits per block (cpu::Precision::kFast): a quarter of the float32
-// weight traffic. On a CPU with AMX-BF16 the int8 lane's encoder instead multiplies its
-// linears in bfloat16 (weights rounded from the file's values once at load, nn/gemm_bf16.h)
-// and its attention in bfloat16 (nn/attention_self.h): 2.2-2.4x less encoder time for tiny.en
-// and base, and closer to float32 (encoder rel-l2 7.8e-3 against 2.5e-2). Convolutions and
-// norms stay float32 in both lanes, as does the f32 lane's attention.
+// output read as F16 and widened 16 rows at a time, the same products). kInt8: CTranslate2's
+// int8 numerics (nn/linear_s8.h), so transcripts follow faster-whisper's compute_type="int8":
+// every linear, the token embedding and the tied output quantized at load to int8 rows with
+// one float32 scale each, activations to 8 bits per row, integer products dequantized per
+// row and column; convolutions, attention, softmax and LayerNorm stay float32 as in kF32.
 enum class ComputeType { kF32, kInt8 };
 
 struct WhisperWeights {
     WhisperConfig cfg;
     ComputeType compute = ComputeType::kF32;
-    cpu::Precision precision = cpu::Precision::kF32;   // what the linears pass to cpu::matmul
+    cpu::Precision precision = cpu::Precision::kF32;   // what float linears pass to cpu::matmul
     std::shared_ptr<const GGUFFile> file;
     cpu::WeightMatrix mel_filters;          // [n_mels, n_fft / 2 + 1] F32
     nn::Conv1d conv1, conv2;
@@ -76,6 +75,9 @@ struct WhisperWeights {
     std::vector<DecoderLayer> dec;
     Norm dec_ln;
     cpu::WeightMatrix proj;                 // [n_vocab, d]: tok_emb unless the file has its own
+    // kInt8: the embedding's int8 rows (the lookup) and the output's (proj_s8 is tok_emb_s8
+    // unless the file has its own projection); null in kF32.
+    std::shared_ptr<const nn::S8Matrix> tok_emb_s8, proj_s8;
 };
 
 // Opens and checks `path`. Throws GGUFError naming the file and key or tensor that is missing

@@ -21,7 +21,8 @@ Tensor names (NumPy shapes; d = n_audio_state = n_text_state)::
     mel_filters [n_mels, n_fft / 2 + 1]
 
 The output projection is tied to ``dec.tok_emb`` (a model whose projection is its own
-variable gets ``dec.proj.weight``).
+variable gets ``dec.proj.weight``). An int8 model's matrices (lane "auto") are written as
+stored: I8 ``NAME`` with F32 ``NAME_scale`` [rows] (weight = q / scale).
 """
 
 from __future__ import annotations
@@ -348,12 +349,25 @@ def write_whisper_gguf(output: Union[str, os.PathLike], *, name: str, source: st
     return w.write(output)
 
 
+def _row_scales(wd: WhisperDir, name: str, rows: int) -> np.ndarray:
+    """The per-row scales of the int8 matrix ``name`` (one value broadcast to every row)."""
+    scale_name = name + "_scale"
+    if not wd.model.has(scale_name):
+        raise WhisperDirError(f"{wd.path / 'model.bin'}: int8 variable {name!r} has no "
+                              f"{scale_name!r}")
+    scale = np.asarray(dequantized(wd.model, scale_name), np.float32).reshape(-1)
+    if scale.size not in (1, rows) or not (np.isfinite(scale).all() and (scale > 0).all()):
+        raise WhisperDirError(f"{wd.path / 'model.bin'}: {scale_name!r} is not {rows} positive "
+                              "finite values")
+    return np.broadcast_to(scale, (rows,)).copy()
+
+
 def convert_whisper(folder: Union[str, os.PathLike], output: Union[str, os.PathLike],
                     lane: str = "auto") -> Path:
     """Write the Whisper model in ``folder`` (a CTranslate2 directory; or a whisper.cpp ggml
     ``.bin`` file, see :mod:`dasllama.convert.whisper_ggml`) to ``output`` (.gguf).
-    lane: the matrices' type: "auto" (the source's precision: F16 for float16 weights, F32
-    otherwise; a ggml file's own types), "f32" or "f16"."""
+    lane: the matrices' type: "auto" (the source's precision: F16 for float16 weights, I8 with
+    NAME_scale [rows] for int8 ones, F32 otherwise; a ggml file's own types), "f32" or "f16"."""
     if lane not in LANES:
         raise ConvertError(f"lane {lane!r} is not one of {', '.join(LANES)}")
     if Path(folder).is_file():
@@ -363,8 +377,19 @@ def convert_whisper(folder: Union[str, os.PathLike], output: Union[str, os.PathL
     tensors = []
     for gguf_name, ct2_name, is_matrix in _tensor_map(wd):
         src_type = wd.model.types[wd.model.aliases.get(ct2_name, ct2_name)]
+        shape = wd.model.get(ct2_name).shape
+        if is_matrix and lane == "auto" and src_type == "int8" and len(shape) == 2:
+            # an int8 model's matrices stay as stored: I8 rows and NAME_scale (weight =
+            # q / scale), which the int8 lane uses as they are
+            tensors.append(WhisperTensor(
+                gguf_name, shape, "I8", encoded=True,
+                data=lambda name=ct2_name: np.ascontiguousarray(wd.model.get(name),
+                                                                np.int8).tobytes()))
+            tensors.append(WhisperTensor(gguf_name + "_scale", (shape[0],), "F32",
+                                         lambda name=ct2_name, n=shape[0]: _row_scales(wd, name, n)))
+            continue
         half = lane == "f16" or (lane == "auto" and src_type == "float16")
-        tensors.append(WhisperTensor(gguf_name, wd.model.get(ct2_name).shape,
+        tensors.append(WhisperTensor(gguf_name, shape,
                                      "F16" if is_matrix and half else "F32",
                                      lambda name=ct2_name: dequantized(wd.model, name)))
     return write_whisper_gguf(
