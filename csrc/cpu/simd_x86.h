@@ -69,4 +69,51 @@ static inline __m256 exp_avx2(__m256 x) {
 }
 #endif
 
+#if defined(__AVX512F__)
+// exp_avx2's algorithm on 16 lanes, operation for operation: each lane's result equals
+// exp_avx2's for the same input bit for bit.
+static inline __m512 exp_avx512(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i e =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+// The erf GELU, x/2 erfc(-x / sqrt 2), on 16 lanes: erfc(a) for a >= 0 as
+// t exp(-a^2 + P(t)), t = 1 / (1 + a/2), P of degree 9 (Numerical Recipes' erfcc, fractional
+// error below 1.2e-7), and 2 - erfc(a) for x >= 0. The AVX2 activation kernel
+// (nn/activations_avx2.cpp) runs the same operations on 8 lanes: both give the same bits.
+static inline __m512 gelu_erf_avx512(__m512 x) {
+    const __m512 a = _mm512_mul_ps(_mm512_andnot_ps(_mm512_set1_ps(-0.0f), x),
+                                   _mm512_set1_ps(0.70710678118654752f));
+    const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f),
+                                   _mm512_fmadd_ps(_mm512_set1_ps(0.5f), a, _mm512_set1_ps(1.0f)));
+    __m512 p = _mm512_set1_ps(0.17087277f);
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.82215223f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.48851587f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.13520398f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.27886807f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.18628806f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.09678418f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.37409196f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.00002368f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.26551223f));
+    const __m512 e = _mm512_mul_ps(t, exp_avx512(_mm512_fnmadd_ps(a, a, p)));
+    const __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+    const __m512 c = _mm512_mask_blend_ps(pos, e, _mm512_sub_ps(_mm512_set1_ps(2.0f), e));
+    return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), c);
+}
+#endif
+
 }  // namespace dasllama::cpu::simd_x86

@@ -4,7 +4,9 @@
 #include <string>
 
 #include "core/errors.h"
+#include "cpu/matmul_f32_blocked.h"
 #include "cpu/ops.h"
+#include "nn/activations.h"
 #include "nn/linear.h"
 
 namespace dasllama::nn {
@@ -28,7 +30,7 @@ Conv1d::Conv1d(const std::vector<float>& weight, std::vector<float> bias, int64_
     w_ = f32_matrix(packed_.data(), c_out, k * c_in);
 }
 
-void Conv1d::forward(const float* in, int64_t T, std::vector<float>& out, ThreadPool& pool) {
+int64_t Conv1d::pad_input(const float* in, int64_t T) {
     const int64_t n_out = out_length(T);
     if (T <= 0 || n_out <= 0)
         throw ShapeError("conv1d: " + std::to_string(T) + " input rows give no output rows");
@@ -36,9 +38,27 @@ void Conv1d::forward(const float* in, int64_t T, std::vector<float>& out, Thread
     const int64_t rows = std::max(T + 2 * pad_, (n_out - 1) * stride_ + k_);
     padded_.assign(size_t(rows * c_in_), 0.0f);
     std::copy(in, in + T * c_in_, padded_.begin() + pad_ * c_in_);
+    return n_out;
+}
+
+void Conv1d::forward(const float* in, int64_t T, std::vector<float>& out, ThreadPool& pool) {
+    const int64_t n_out = pad_input(in, T);
     out.resize(size_t(n_out * c_out_));
     cpu::matmul_f32_strided(w_, padded_.data(), stride_ * c_in_, n_out, out.data(), pool);
     if (!bias_.empty()) cpu::add_rows(out.data(), nullptr, bias_.data(), n_out, c_out_);
+}
+
+void Conv1d::forward_gelu(const float* in, int64_t T, std::vector<float>& out,
+                          ThreadPool& pool) {
+    if (!cpu::matmul_f32_blocked_fast()) {
+        forward(in, T, out, pool);
+        gelu_erf(out.data(), int64_t(out.size()), pool);
+        return;
+    }
+    const int64_t n_out = pad_input(in, T);
+    out.resize(size_t(n_out * c_out_));
+    cpu::matmul_f32_blocked(w_, padded_.data(), stride_ * c_in_, n_out, out.data(), c_out_, pool,
+                            bias_.empty() ? nullptr : bias_.data(), cpu::F32Activation::kGeluErf);
 }
 
 }  // namespace dasllama::nn

@@ -30,11 +30,17 @@ public:
     int64_t out_length(int64_t T) const { return (T + 2 * pad_ - k_) / stride_ + 1; }
     // in [T, C_in] -> out [out_length(T), C_out] (resized).
     void forward(const float* in, int64_t T, std::vector<float>& out, ThreadPool& pool);
+    // forward, then the erf GELU of every output: where the CPU has cpu::matmul_f32_blocked's
+    // vector kernel, as that product with the bias and GELU applied as the outputs are stored
+    // (its summation order, not forward's); otherwise forward and nn::gelu_erf.
+    void forward_gelu(const float* in, int64_t T, std::vector<float>& out, ThreadPool& pool);
     int64_t c_in() const { return c_in_; }
     int64_t c_out() const { return c_out_; }
 
 private:
     int64_t c_out_ = 0, c_in_ = 0, k_ = 0, stride_ = 1, pad_ = 0;
+    // The zero-padded input rows every window reads in bounds (resized); the output's length.
+    int64_t pad_input(const float* in, int64_t T);
     std::vector<float> packed_, bias_, padded_;
     cpu::WeightMatrix w_;
 };

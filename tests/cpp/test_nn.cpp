@@ -143,6 +143,31 @@ TEST(conv1d_matches_double) {
     CHECK_THROWS_AS(nn::Conv1d(w, b, cout, cin, 4, 1, 1), ShapeError);
 }
 
+// forward_gelu (the blocked product with the bias and GELU fused where the CPU has its
+// kernel) against the double convolution's erf GELU; control: the GELU left out. Whisper's
+// stem shape: 80 channels in (a 240-wide window), 40 out past one 32-row panel. Its bar is
+// wider than kBarConv's (a 15-wide window): sums of 240 products (measured 1.8e-7).
+constexpr double kBarConvGelu = 5e-7;
+TEST(conv1d_gelu_matches_double) {
+    ThreadPool pool(2);
+    const int64_t T = 61, cin = 80, cout = 40, k = 3;
+    auto x = randn(size_t(T * cin), 5), w = randn(size_t(cout * cin * k), 6, 0.1f),
+         b = randn(size_t(cout), 7);
+    for (int64_t stride : {1, 2}) {
+        nn::Conv1d conv(w, b, cout, cin, k, stride, 1);
+        std::vector<float> y;
+        conv.forward_gelu(x.data(), T, y, pool);
+        REQUIRE(int64_t(y.size()) == conv.out_length(T) * cout);
+        const auto lin = naive_conv(x, T, cin, w, b, cout, k, stride, 1);
+        std::vector<double> want(lin.size());
+        for (size_t i = 0; i < lin.size(); ++i)
+            want[i] = 0.5 * lin[i] * (1.0 + std::erf(lin[i] / std::sqrt(2.0)));
+        CHECK(within(stride == 1 ? "conv1d + gelu stride 1" : "conv1d + gelu stride 2",
+                     rel_l2(y, want), kBarConvGelu));
+        CHECK(bites("  control: GELU left out", rel_l2(y, lin), kBarConvGelu));
+    }
+}
+
 TEST(power_spectrum_matches_dft) {
     ThreadPool pool(2);
     auto x = randn(1000, 4, 0.3f);

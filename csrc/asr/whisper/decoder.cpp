@@ -70,7 +70,7 @@ void Decoder::set_audio(const float* enc, ThreadPool& pool) {
     const int64_t n = c.n_audio_ctx, d = c.n_text_state;
     kv_rows_.resize(size_t(n * 2 * d));
     for (int64_t i = 0; i < c.n_text_layer; ++i) {
-        nn::linear(w_.dec[size_t(i)].cross_kv, enc, n, kv_rows_.data(), pool, w_.precision);
+        frames_linear(w_.dec[size_t(i)].cross_kv, enc, n, kv_rows_.data(), w_.precision, pool);
         cross_[size_t(i)].assign(kv_rows_.data(), kv_rows_.data() + d, 2 * d, n, c.n_text_head,
                                  d / c.n_text_head);
     }

@@ -18,10 +18,15 @@ void Encoder::run(const float* window, std::vector<float>& out, ThreadPool& pool
     in_.resize(size_t(T * c.n_mels));
     for (int64_t m = 0; m < c.n_mels; ++m)
         for (int64_t t = 0; t < T; ++t) in_[size_t(t * c.n_mels + m)] = window[m * T + t];
-    w_.conv1.forward(in_.data(), T, c1_, pool);
-    nn::gelu_erf(c1_.data(), int64_t(c1_.size()), pool);
-    w_.conv2.forward(c1_.data(), T, out, pool);
-    nn::gelu_erf(out.data(), int64_t(out.size()), pool);
+    if (w_.precision == cpu::Precision::kF32) {   // bias and GELU fused into the products
+        w_.conv1.forward_gelu(in_.data(), T, c1_, pool);
+        w_.conv2.forward_gelu(c1_.data(), T, out, pool);
+    } else {
+        w_.conv1.forward(in_.data(), T, c1_, pool);
+        nn::gelu_erf(c1_.data(), int64_t(c1_.size()), pool);
+        w_.conv2.forward(c1_.data(), T, out, pool);
+        nn::gelu_erf(out.data(), int64_t(out.size()), pool);
+    }
     float* x = out.data();
     cpu::add(x, w_.enc_pos.data(), n * d);
 
@@ -35,13 +40,13 @@ void Encoder::run(const float* window, std::vector<float>& out, ThreadPool& pool
     const nn::AttendPrecision attend = nn::AttendPrecision::kF32;
     for (const EncoderLayer& l : w_.enc) {
         nn::layer_norm(x, l.attn_ln.w.data(), l.attn_ln.b.data(), n, d, kLayerNormEps, h_.data());
-        nn::linear(l.qkv, h_.data(), n, qkv_.data(), pool, w_.precision);
+        frames_linear(l.qkv, h_.data(), n, qkv_.data(), w_.precision, pool);
         nn::attend_self(qkv_.data(), qkv_.data() + d, qkv_.data() + 2 * d, 3 * d, n,
                         c.n_audio_head, hd, scale, attn_.data(), d, pool, scratch_, attend);
-        nn::linear(l.out, attn_.data(), n, proj_.data(), pool, w_.precision);
+        frames_linear(l.out, attn_.data(), n, proj_.data(), w_.precision, pool);
         cpu::add(x, proj_.data(), n * d);
-        residual_mlp(l.mlp_ln, l.fc1, l.fc2, x, n, d, w_.precision, pool, h_.data(), ff_.data(),
-                     proj_.data());
+        frames_mlp(l.mlp_ln, l.fc1, l.fc2, x, n, d, w_.precision, pool, h_.data(), ff_.data(),
+                   proj_.data());
     }
     nn::layer_norm(x, w_.ln_post.w.data(), w_.ln_post.b.data(), n, d, kLayerNormEps, x);
 }

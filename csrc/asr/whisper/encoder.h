@@ -1,7 +1,9 @@
 // Whisper's audio encoder on the CPU: conv1 (k 3, pad 1) + GELU, conv2 (k 3, stride 2,
 // pad 1) + GELU, sinusoidal positions, pre-LN blocks of bidirectional self-attention
 // (nn/attention_self.h) and a GELU MLP, a final LayerNorm. Float32 arithmetic, but for the
-// int8 lane's linears (8-bit activations) and its attention (bfloat16 products on AMX).
+// int8 lane's linears (8-bit activations) and its attention (bfloat16 products on AMX). The
+// float32 lane's products over the frames (convolutions, linears) take cpu::matmul_f32_blocked
+// with their bias and GELU fused (blocks.h's frames_linear, nn::Conv1d::forward_gelu).
 #pragma once
 
 #include <cstdint>
