@@ -233,6 +233,26 @@ void bind_gpu(py::module_& m) {
               return gpu::matvec_sub_family(gpu::MatvecSubKnobs::now(), rows, cols);
           }, py::arg("rows"), py::arg("cols"),
           "gpu_matvec_sub_family with the vulkan.project.matvec_sub* knobs as set now.");
+    m.def("gpu_matvec_q8_rows",
+          [](const std::string& format, int64_t rows, int64_t cols, int64_t n_tok,
+             uint32_t in_mode, int64_t on, int64_t min_cols, int64_t rows_log2) {
+              return gpu::matvec_q8_rows({on, min_cols, rows_log2}, format, rows, cols, n_tok,
+                                         in_mode);
+          },
+          py::arg("format"), py::arg("rows"), py::arg("cols"), py::arg("n_tok"),
+          py::arg("in_mode"), py::arg("on"), py::arg("min_cols"), py::arg("rows_log2"),
+          "Rows a subgroup (1, 2, 4) of the integer-dot decode product of a format matrix rows x "
+          "cols against n_tok token rows of input stage in_mode under the given knob values, or "
+          "0 where it does not apply.");
+    m.def("gpu_matvec_q8_rows_now",
+          [](const std::string& format, int64_t rows, int64_t cols, int64_t n_tok,
+             uint32_t in_mode) {
+              return gpu::matvec_q8_rows(gpu::MatvecQ8Knobs::now(), format, rows, cols, n_tok,
+                                         in_mode);
+          },
+          py::arg("format"), py::arg("rows"), py::arg("cols"), py::arg("n_tok"),
+          py::arg("in_mode"),
+          "gpu_matvec_q8_rows with the vulkan.project.matvec_q8* knobs as set now.");
     m.def("gpu_stamps", [] {
         py::list out;
         for (const gpu::StampInfo* s = gpu::stamps_begin(); s != gpu::stamps_end(); ++s) {

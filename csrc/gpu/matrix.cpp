@@ -143,6 +143,34 @@ const tuning::Knob& kMatvecSplitMaxRows = tuning::define(
     "vulkan.project.matvec_split_max_rows", 4096, 1, kFormOff,
     "matrices of at most this many rows may take matvec_split4");
 
+// The integer-dot decode products of the K-quants (matvec_q8.gk.h): the input quantized once to
+// q8_1 (quant_q8_1, one more dispatch and barrier for every input, shared by the products that
+// read it), then 8-bit codes against the weights' nibbles in integer multiply-adds. Measured on
+// an H200, the 8B Q4_K decode step (gpu_decode_profile.py, medians over its 32 layers): 6.17 ms
+// on the float forms, 4.60 ms here (4.77 ms one row a subgroup, 4.57 ms four): qkv 26.3 ->
+// 12.7 us (0.54 -> 1.12 TB/s), the attention output 15.5 -> 10.7 us, gate/up 89 -> 36 us
+// (1.83 TB/s), down 37 -> 23 us, the head 143 -> 57 us (1.98 TB/s); the products 5.55 ms ->
+// 2.72 ms of the step, quant_q8_1 1.31 ms (129 calls, about 10 us each: what is left to win).
+// Gemma-3-270M's 2048-wide down projection lost (a step 1.55 -> 1.89 ms with 1024 here): the
+// quantization costs more than a small product saves, hence the width from which it is taken.
+const tuning::Knob& kMatvecQ8 = tuning::define(
+    "vulkan.project.matvec_q8", 1, 0, 1,
+    "1: one-token K-quant decode products on the integer-dot stamps against a q8_1 input");
+const tuning::Knob& kMatvecQ8MinCols = tuning::define(
+    "vulkan.project.matvec_q8_min_cols", 4096, 256, kFormOff,
+    "narrowest rows of the integer-dot decode products");
+const tuning::Knob& kMatvecQ8RowsLog2 = tuning::define(
+    "vulkan.project.matvec_q8_rows_log2", 1, 0, 2,
+    "log2 of the rows a subgroup of the integer-dot decode products sums at once");
+// Subgroups a workgroup of the integer-dot stamps has on 32-wide subgroups (GK_WG / 32): the
+// dispatch gives each workgroup this many times the rows of one subgroup (GK_Q8_WG_ROWS).
+constexpr uint32_t kQ8GroupSubgroups = 4;
+// Values of one q8_1 block (quant_q8_1.gk.h's GK_Q8_BLOCK) and of one K-quant block.
+constexpr int64_t kQ8Block = 32;
+constexpr int64_t kKQuantBlock = 256;
+// Blocks a workgroup of quant_q8_1 quantizes (GK_Q8_WG_BLOCKS).
+constexpr int64_t kQ8WgBlocks = 32;
+
 // The subgroup stamps read the token row (and the RMSNorm weight, or the up half of a gated
 // row) in 16-byte pieces: every element offset they read at must be a multiple of this.
 constexpr uint32_t kSubAlign = 4;
@@ -185,6 +213,68 @@ static_assert(sizeof(gk_args::matvec) == sizeof(gk_args::matmul) &&
 MatvecSubKnobs MatvecSubKnobs::now() {
     return {kMatvecSub.get(), kMatvecSub4MinCols.get(), kMatvecSub4MinRows.get(),
             kMatvecSplitMinCols.get(), kMatvecSplitMaxRows.get()};
+}
+
+MatvecQ8Knobs MatvecQ8Knobs::now() {
+    return {kMatvecQ8.get(), kMatvecQ8MinCols.get(), kMatvecQ8RowsLog2.get()};
+}
+
+uint32_t matvec_q8_rows(const MatvecQ8Knobs& k, const std::string& format, int64_t rows,
+                        int64_t cols, int64_t n_tok, uint32_t in_mode) {
+    if (k.on <= 0 || (format != "q4_k" && format != "q6_k")) return 0;
+    if (n_tok < 1 || n_tok > kMatvecQ8MaxTokens || rows < 1) return 0;
+    if (cols < k.min_cols || cols % kKQuantBlock != 0 || cols > int64_t(UINT32_MAX / 16))
+        return 0;
+    if (in_mode >= 8) return 0;  // the LayerNorm modes: quant_q8_1 has no mean pass
+    return uint32_t(1) << std::min<int64_t>(std::max<int64_t>(k.rows_log2, 0), 2);
+}
+
+std::string matvec_q8_stamp(const DeviceMatrix& m, int64_t n_tok, uint32_t in_mode, bool exact) {
+    if (exact || n_tok > kMatvecMaxTokens.get()) return "";
+    const uint32_t r = matvec_q8_rows(MatvecQ8Knobs::now(), m.format, m.rows, m.cols, n_tok,
+                                      in_mode);
+    if (r == 0) return "";
+    const std::string name = "matvec_q8r" + std::to_string(r) + "_" + m.format;
+    const StampInfo* st = find_stamp(name);
+    const StampInfo* q = find_stamp("quant_q8_1");
+    return st && st->spirv && q && q->spirv ? name : "";
+}
+
+size_t q8_bytes(int64_t cols, int64_t n_tok) {
+    return size_t(n_tok) * size_t(cols) + size_t(n_tok) * size_t(cols / kQ8Block) * 4;
+}
+
+void quantize_q8(Encoder& e, Buffer& x, uint32_t x_off, uint32_t x_stride, int64_t cols,
+                 int64_t n_tok, const ProjectionInput& in, Buffer& q8, Buffer& unused) {
+    gk_args::quant_q8_1 a{};
+    a.cols = uint32_t(cols);
+    a.n_tok = uint32_t(n_tok);
+    a.x_off = x_off;
+    a.x_stride = x_stride;
+    a.ds_off = uint32_t(n_tok * cols / 4);
+    a.in_mode = in.mode;
+    a.aux_off = in.aux_off;
+    a.eps = in.eps;
+    e.dispatch(require_stamp("quant_q8_1"), {&x, &q8, in.aux ? in.aux : &unused}, a,
+               ceil_div(cols / kQ8Block, kQ8WgBlocks), uint32_t(n_tok));
+}
+
+void project_q8(Encoder& e, const DeviceMatrix& m, const std::string& stamp, Buffer& q8,
+                Buffer& y, uint32_t y_off, uint32_t y_stride, int64_t n_tok, bool accumulate) {
+    const StampInfo& st = require_stamp(stamp);
+    const uint32_t r = uint32_t(stamp[std::string("matvec_q8r").size()] - '0');
+    for (const DeviceMatrix::Split& s : m.splits) {
+        gk_args::matvec_q8 a{};
+        a.rows = uint32_t(s.rows);
+        a.cols = uint32_t(m.cols);
+        a.n_tok = uint32_t(n_tok);
+        a.ds_off = uint32_t(n_tok * m.cols / 4);
+        a.y_off = y_off + uint32_t(s.row0);
+        a.y_stride = y_stride;
+        a.accumulate = accumulate ? 1u : 0u;
+        e.dispatch(st, {s.buffer.get(), &q8, &y}, a,
+                   std::min(kMaxGroups, ceil_div(s.rows, int64_t(kQ8GroupSubgroups * r))));
+    }
 }
 
 std::string matvec_sub_family(const MatvecSubKnobs& k, int64_t rows, int64_t cols) {

@@ -123,6 +123,38 @@ StagedTile staged_tile(int64_t rows, int64_t cols, int64_t n_tok);
 void project_staged(Encoder& e, const DeviceMatrix& m, Buffer& panel, Buffer& y, uint32_t y_off,
                     uint32_t y_stride, int64_t n_tok, bool accumulate, Buffer& unused);
 
+// The integer-dot decode products (matvec_q8r<R>_<fmt>, shaders/kernels/matvec_q8.gk.h): the
+// projection's input is quantized once to q8_1 blocks (quantize_q8()) and the K-quant weights
+// are dotted with it in integer arithmetic. The knobs: vulkan.project.matvec_q8 (0 off, 1 on),
+// .matvec_q8_min_cols (the narrowest rows that take it), .matvec_q8_rows_log2 (rows a subgroup).
+struct MatvecQ8Knobs {
+    int64_t on, min_cols, rows_log2;
+    static MatvecQ8Knobs now();  // as set
+};
+// Rows a subgroup (1, 2 or 4) of the integer-dot product of a `format` matrix `rows` x `cols`
+// against `n_tok` token rows whose input stage is `in_mode`, or 0 where it does not apply: the
+// knob is on, the format is q4_k or q6_k, 1 <= n_tok <= kMatvecQ8MaxTokens, cols is at least
+// min_cols, and the input stage is one quant_q8_1 forms (modes 0-7: not the LayerNorms). Pure:
+// whether this build has the stamp is checked apart from it (matvec_q8_stamp()).
+uint32_t matvec_q8_rows(const MatvecQ8Knobs& k, const std::string& format, int64_t rows,
+                        int64_t cols, int64_t n_tok, uint32_t in_mode);
+// The most token rows the integer-dot stamps take (GK_Q8_MAX_TOK).
+constexpr int64_t kMatvecQ8MaxTokens = 8;
+// The stamp of matvec_q8_rows() under the knobs as set, or "" for none (also where this build
+// lacks the stamp, or `exact`: a model's exact lane keeps float inputs).
+std::string matvec_q8_stamp(const DeviceMatrix& m, int64_t n_tok, uint32_t in_mode, bool exact);
+// Bytes of the q8_1 form of n_tok rows of `cols` values (cols % 32 == 0): the codes, then one
+// (d, s) word a block.
+size_t q8_bytes(int64_t cols, int64_t n_tok);
+// q8[...] = the q8_1 form of in(x)[x_off + t * x_stride + k], t < n_tok, k < cols (the
+// quant_q8_1 stamp); `q8` holds at least q8_bytes(cols, n_tok).
+void quantize_q8(Encoder& e, Buffer& x, uint32_t x_off, uint32_t x_stride, int64_t cols,
+                 int64_t n_tok, const ProjectionInput& in, Buffer& q8, Buffer& unused);
+// project() of a quantized input (as quantize_q8() wrote it for m.cols and n_tok) on `stamp`
+// (matvec_q8_stamp()).
+void project_q8(Encoder& e, const DeviceMatrix& m, const std::string& stamp, Buffer& q8,
+                Buffer& y, uint32_t y_off, uint32_t y_stride, int64_t n_tok, bool accumulate);
+
 // The stamp `name` of this build; DeviceError naming it when the build lacks it.
 const StampInfo& require_stamp(const std::string& name);
 

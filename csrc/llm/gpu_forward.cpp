@@ -140,6 +140,8 @@ GpuForward::GpuForward(const ModelConfig& cfg, const ModelWeights& w,
     // The widest input a projection reads (halves), rounded to whole 16-byte pieces.
     const int64_t widest = std::max({cfg.n_embd, ff, cfg.n_head * cfg.head_dim_v});
     panel_ = dev.alloc((B * size_t(widest) * 2 + 15) / 16 * 16, "staged_panel");
+    const int64_t q8_rows = std::min<int64_t>(max_batch_, gpu::kMatvecQ8MaxTokens);
+    q8_ = dev.alloc((gpu::q8_bytes(widest, q8_rows) + 15) / 16 * 16, "q8_input");
     attn_parts_ = dev.alloc(size_t(kAttnDecodeMaxTokens * cfg.n_head * kMaxAttnSplits *
                                    (cfg.head_dim_v + 2)) * F, "attention_chunks");
     ids_ = dev.alloc_host(B * sizeof(int32_t), "ids");
@@ -195,17 +197,33 @@ gpu::Buffer& GpuForward::grow(std::unique_ptr<gpu::Buffer>& buf, size_t bytes, c
     return *buf;
 }
 
-bool GpuForward::stage(gpu::Encoder& e, std::initializer_list<const DeviceMatrix*> ms,
-                       gpu::Buffer& x, uint32_t x_off, uint32_t x_stride, int64_t cols, int64_t n,
-                       const ProjectionInput& in) {
+GpuForward::Staged GpuForward::stage(gpu::Encoder& e,
+                                     std::initializer_list<const DeviceMatrix*> ms,
+                                     gpu::Buffer& x, uint32_t x_off, uint32_t x_stride,
+                                     int64_t cols, int64_t n, const ProjectionInput& in) {
     const bool coopmat = coopmat_ && !recorded_.exact;
-    for (const DeviceMatrix* m : ms)  // an empty one is a neighbour's part (gpu_weights.h)
-        if (!m->empty() && (m->cols != cols || !gpu::staged_panel(m->format, cols, n, in.mode,
-                                                                   coopmat)))
-            return false;
-    gpu::stage_input(e, x, x_off, x_stride, cols, n, in, *panel_, *dummy_);
-    e.barrier();
-    return true;
+    Staged st;
+    st.panel = true;
+    st.q8 = true;
+    bool any = false;
+    for (const DeviceMatrix* m : ms) {  // an empty one is a neighbour's part (gpu_weights.h)
+        if (m->empty()) continue;
+        any = true;
+        if (m->cols != cols || !gpu::staged_panel(m->format, cols, n, in.mode, coopmat))
+            st.panel = false;
+        if (m->cols != cols || gpu::matvec_q8_stamp(*m, n, in.mode, recorded_.exact).empty())
+            st.q8 = false;
+    }
+    if (!any) return Staged();
+    if (st.panel) {
+        st.q8 = false;
+        gpu::stage_input(e, x, x_off, x_stride, cols, n, in, *panel_, *dummy_);
+        e.barrier();
+    } else if (st.q8) {
+        gpu::quantize_q8(e, x, x_off, x_stride, cols, n, in, *q8_, *dummy_);
+        e.barrier();
+    }
+    return st;
 }
 
 void GpuForward::rmsnorm(gpu::Encoder& e, gpu::Buffer& x, uint32_t x_off, gpu::Buffer& w,
@@ -243,10 +261,10 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
     const uint32_t E = u32(c.n_embd);
     const ProjectionInput in = normed(*l.attn_norm);
     if (!l.wqkv.splits.empty()) {
-        const bool st = stage(e, {&l.wqkv}, *x_, 0, E, c.n_embd, n, in);
+        const Staged st = stage(e, {&l.wqkv}, *x_, 0, E, c.n_embd, n, in);
         project_in(e, st, l.wqkv, *x_, 0, E, *qkv_, 0, row, n, false, in);
     } else {
-        const bool st = stage(e, {&l.wq, &l.wk, &l.wv}, *x_, 0, E, c.n_embd, n, in);
+        const Staged st = stage(e, {&l.wq, &l.wk, &l.wv}, *x_, 0, E, c.n_embd, n, in);
         project_in(e, st, l.wq, *x_, 0, E, *qkv_, 0, row, n, false, in);
         if (!l.wk.empty()) project_in(e, st, l.wk, *x_, 0, E, *qkv_, qd, row, n, false, in);
         if (!l.wv.empty()) project_in(e, st, l.wv, *x_, 0, E, *qkv_, qd + kd, row, n, false, in);
@@ -406,7 +424,7 @@ void GpuForward::record(gpu::Encoder& e, const Shape& shape) {
         const DeviceLayer& l = weights_.layers[size_t(il)];
         attention_layer(e, il, n);
         const uint32_t attn_w = u32(c.n_head * c.head_dim_v);
-        const bool st_o = stage(e, {&l.wo}, *attn_, 0, attn_w, attn_w, n, ProjectionInput());
+        const Staged st_o = stage(e, {&l.wo}, *attn_, 0, attn_w, attn_w, n, ProjectionInput());
         if (c.post_norms) {
             project_in(e, st_o, l.wo, *attn_, 0, attn_w, *out_, 0, E, n, false);
             e.barrier();
@@ -419,10 +437,10 @@ void GpuForward::record(gpu::Encoder& e, const Shape& shape) {
         const uint32_t ff = u32(c.n_ff);
         const ProjectionInput in = normed(*l.ffn_norm);
         if (!l.ffn_gate_up.splits.empty()) {
-            const bool st = stage(e, {&l.ffn_gate_up}, *x_, 0, E, c.n_embd, n, in);
+            const Staged st = stage(e, {&l.ffn_gate_up}, *x_, 0, E, c.n_embd, n, in);
             project_in(e, st, l.ffn_gate_up, *x_, 0, E, *gate_up_, 0, 2 * ff, n, false, in);
         } else {
-            const bool st = stage(e, {&l.ffn_gate, &l.ffn_up}, *x_, 0, E, c.n_embd, n, in);
+            const Staged st = stage(e, {&l.ffn_gate, &l.ffn_up}, *x_, 0, E, c.n_embd, n, in);
             project_in(e, st, l.ffn_gate, *x_, 0, E, *gate_up_, 0, 2 * ff, n, false, in);
             project_in(e, st, l.ffn_up, *x_, 0, E, *gate_up_, ff, 2 * ff, n, false, in);
         }
@@ -434,7 +452,7 @@ void GpuForward::record(gpu::Encoder& e, const Shape& shape) {
             e.barrier();
             gated = ProjectionInput();
         }
-        const bool st_d = stage(e, {&l.ffn_down}, *gate_up_, 0, 2 * ff, ff, n, gated);
+        const Staged st_d = stage(e, {&l.ffn_down}, *gate_up_, 0, 2 * ff, ff, n, gated);
         if (c.post_norms) {
             project_in(e, st_d, l.ffn_down, *gate_up_, 0, 2 * ff, *out_, 0, E, n, false, gated);
             e.barrier();
@@ -453,8 +471,15 @@ void GpuForward::record(gpu::Encoder& e, const Shape& shape) {
         gpu::Buffer& dl = grow(logits_, bytes, "logits", false);
         const DeviceMatrix& out_w = weights_.output.splits.empty() ? weights_.token_embd
                                                                    : weights_.output;
-        project(e, out_w, *x_, first * E, E, dl, 0, u32(c.n_vocab), rows, false,
-                normed(*weights_.output_norm));
+        const ProjectionInput head_in = normed(*weights_.output_norm);
+        const std::string q8 = gpu::matvec_q8_stamp(out_w, rows, head_in.mode, recorded_.exact);
+        if (!q8.empty()) {  // the head alone reads its input: the float16 panel never pays
+            gpu::quantize_q8(e, *x_, first * E, E, c.n_embd, rows, head_in, *q8_, *dummy_);
+            e.barrier();
+            gpu::project_q8(e, out_w, q8, *q8_, dl, 0, u32(c.n_vocab), rows, false);
+        } else {
+            project(e, out_w, *x_, first * E, E, dl, 0, u32(c.n_vocab), rows, false, head_in);
+        }
         e.barrier();
         if (c.final_logit_softcap > 0.0) {
             eltwise(e, "softcap", dl, 0, *dummy_, 0, rows * c.n_vocab,

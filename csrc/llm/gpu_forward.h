@@ -96,19 +96,29 @@ private:
         gpu::project(e, m, x, x_off, x_stride, y, y_off, y_stride, n_tok, accumulate, *dummy_,
                      coopmat_ && !recorded_.exact, in);
     }
+    // How the matrices of one input read it: from float32 x (neither), one staged float16
+    // panel (panel), or one q8_1 form of it (q8: the integer-dot stamp of each matrix).
+    struct Staged {
+        bool panel = false;
+        bool q8 = false;
+    };
     // The matrices of one input (q, k, v; gate, up) read it as one staged float16 panel when
-    // every one of them may (gpu::staged_panel); then the panel is recorded here, followed by
-    // a barrier, and true returned.
-    bool stage(gpu::Encoder& e, std::initializer_list<const DeviceMatrix*> ms, gpu::Buffer& x,
-               uint32_t x_off, uint32_t x_stride, int64_t cols, int64_t n,
-               const ProjectionInput& in);
-    // project() of one matrix of an input, from the staged panel when `staged`.
-    void project_in(gpu::Encoder& e, bool staged, const DeviceMatrix& m, gpu::Buffer& x,
+    // every one of them may (gpu::staged_panel), else as one q8_1 form when every one of them
+    // takes an integer-dot stamp (gpu::matvec_q8_stamp); then the panel or the quantized input
+    // is recorded here, followed by a barrier.
+    Staged stage(gpu::Encoder& e, std::initializer_list<const DeviceMatrix*> ms, gpu::Buffer& x,
+                 uint32_t x_off, uint32_t x_stride, int64_t cols, int64_t n,
+                 const ProjectionInput& in);
+    // project() of one matrix of an input, from what stage() recorded.
+    void project_in(gpu::Encoder& e, const Staged& staged, const DeviceMatrix& m, gpu::Buffer& x,
                     uint32_t x_off, uint32_t x_stride, gpu::Buffer& y, uint32_t y_off,
                     uint32_t y_stride, int64_t n_tok, bool accumulate,
                     const ProjectionInput& in = ProjectionInput()) {
-        if (staged)
+        if (staged.panel)
             gpu::project_staged(e, m, *panel_, y, y_off, y_stride, n_tok, accumulate, *dummy_);
+        else if (staged.q8)
+            gpu::project_q8(e, m, gpu::matvec_q8_stamp(m, n_tok, in.mode, recorded_.exact), *q8_,
+                            y, y_off, y_stride, n_tok, accumulate);
         else
             project(e, m, x, x_off, x_stride, y, y_off, y_stride, n_tok, accumulate, in);
     }
@@ -133,6 +143,7 @@ private:
     std::unique_ptr<gpu::Buffer> x_, qkv_, attn_, out_, gate_up_, logits_;
     std::unique_ptr<gpu::Buffer> ids_, step_, embd_in_, logits_host_, dummy_;
     std::unique_ptr<gpu::Buffer> panel_;  // a staged float16 input panel (stage())
+    std::unique_ptr<gpu::Buffer> q8_;     // a q8_1 form of an input (stage())
     std::unique_ptr<gpu::Buffer> attn_parts_;  // the chunks of a split decode attention
     std::unique_ptr<gpu::Encoder> recording_;  // the last call's command buffer
     Shape recorded_;
