@@ -73,6 +73,8 @@ void bind_serve(py::module_& m) {
                                "Bytes of the forward pass's row buffers the steps run on (the "
                                "model's own, shared).")
         .def_property_readonly("max_step_rows", &BatchEngine::max_step_rows)
+        .def("kv_layer_rows", &BatchEngine::kv_layer_rows, py::arg("layer"),
+             "Rows each slot keeps for the layer: n_ctx, or a sliding layer's ring.")
         .def_property_readonly("n_active", &BatchEngine::n_active)
         .def("active", &BatchEngine::active, py::arg("slot"))
         .def("n_past", &BatchEngine::n_past, py::arg("slot"))

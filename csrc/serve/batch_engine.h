@@ -44,6 +44,11 @@ class LLMModel;
 
 namespace dasllama::serve {
 
+// The most prompt rows one step takes from one sequence of a model with sliding-window layers:
+// each slot's ring for such a layer holds window + this - 1 rows (serve/kv_pool.h), and the
+// products of a 128-row chunk already run near the full-batch rate.
+constexpr int64_t kRingAppendRows = 128;
+
 // The most alternatives a sampled token reports (OpenAI's top_logprobs limit).
 constexpr int kMaxTopLogprobs = 20;
 
@@ -113,6 +118,9 @@ public:
     int n_slots() const { return pool_.n_slots(); }
     int64_t n_ctx() const { return pool_.n_ctx(); }
     int64_t kv_pool_bytes() const { return pool_.bytes(); }
+    // Rows each slot keeps for `layer`: n_ctx, or a sliding layer's ring
+    // (window + min(prefill_chunk, kRingAppendRows) - 1 when that is fewer).
+    int64_t kv_layer_rows(int layer) const;
     // Bytes the engine holds beyond the weights and the pool: the logits of a step (one row of
     // n_vocab per sampling sequence), the sampler scratch (one per pool thread), each slot's
     // token history and mask. Grows to its high-water mark and stays there.
@@ -140,6 +148,7 @@ private:
     LLMModel& model_;
     int64_t n_vocab_;
     int64_t prefill_chunk_;
+    int64_t max_take_;  // prompt rows a step takes from one sequence (the pool's max_append)
     KVPool pool_;
     int64_t max_step_rows_ = 0, forward_scratch_bytes_ = 0;
     std::unique_ptr<Forward> own_forward_;  // only when the model's holds fewer rows than slots

@@ -16,7 +16,10 @@ busy wait in a FIFO queue. ``EngineThread`` runs a BatchEngine on a thread of it
 that submit from other threads (the server).
 
 The KV pool: every slot owns a region of one allocation that holds ``n_ctx`` positions (the
-context is per slot and never split: ``kv_pool_bytes`` = slots x one slot's bytes). A finished
+context is per slot and never split: ``kv_pool_bytes`` = slots x one slot's bytes). A
+sliding-window layer (Gemma-3's local layers) keeps a ring of ``window + chunk - 1`` rows per
+slot instead of ``n_ctx`` when that is fewer, where chunk = min(prefill_chunk, 128) is the most
+prompt tokens a step takes from one sequence of such a model (``kv_layer_rows``). A finished
 slot keeps its cached tokens; a new request takes the free slot sharing the longest prefix with
 its prompt and evaluates only the rest (``Usage.cached_tokens``).
 
@@ -203,6 +206,10 @@ class BatchEngine:
     @property
     def kv_pool_bytes(self) -> int:
         return self._core.kv_pool_bytes
+
+    def kv_layer_rows(self, layer: int) -> int:
+        """Rows each slot keeps for the layer: n_ctx, or a sliding layer's ring."""
+        return self._core.kv_layer_rows(_check_int("layer", layer, 0))
 
     @property
     def waiting(self) -> int:
