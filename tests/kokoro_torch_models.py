@@ -19,18 +19,7 @@ from contextlib import contextmanager
 
 from requires import require
 
-# Kokoro-82M's published config.json (hexgrad/Kokoro-82M), without its vocabulary.
-KOKORO_82M = {
-    "istftnet": {"upsample_kernel_sizes": [20, 12], "upsample_rates": [10, 6],
-                 "gen_istft_hop_size": 5, "gen_istft_n_fft": 20,
-                 "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
-                 "resblock_kernel_sizes": [3, 7, 11], "upsample_initial_channel": 512},
-    "dim_in": 64, "dropout": 0.2, "hidden_dim": 512, "max_conv_dim": 512, "max_dur": 50,
-    "multispeaker": True, "n_layer": 3, "n_mels": 80, "n_token": 178, "style_dim": 128,
-    "text_encoder_kernel_size": 5,
-    "plbert": {"hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 2048,
-               "max_position_embeddings": 512, "num_hidden_layers": 12, "dropout": 0.1},
-}
+from dasllama.bench.tts_kokoro_gpu import KOKORO_82M  # Kokoro-82M's published config
 
 # Kitten-like: the same family at small widths, ALBERT with its own embedding size and the
 # tanh-form GELU named explicitly. The package's Decoder fixes its widths (1024 channels, a

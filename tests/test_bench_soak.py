@@ -16,6 +16,7 @@ from dasllama.bench.soak import Outcome, summarize
 pytest.importorskip("fastapi", reason="dasllama serve needs the server extra (in the test extra)")
 
 DURATION = "15"
+RSS_COUNTER_SLACK_BYTES = 1 << 20   # a 1 MiB bound on that lag (seen: 56 KiB)
 GOALS = {"no_server_errors", "no_failed_requests", "rss_growth_under_5_pct", "alive",
          "idle_after_load"}
 
@@ -81,7 +82,10 @@ def test_the_rss_figures_come_from_the_samples(run):
     assert m["growth_pct"] == pytest.approx(100 * (m["end_bytes"] - m["warm_bytes"])
                                             / m["warm_bytes"], abs=1e-3)
     assert s["goals"]["rss_growth_under_5_pct"] == (m["growth_pct"] < 5.0)
-    assert m["peak_bytes"] >= m["max_after_warm_bytes"] > 0
+    # VmHWM and VmRSS come from per-CPU batched counters that the kernel folds lazily, so the
+    # high-water mark read at the end can trail a sampled VmRSS by a few batches of pages.
+    assert m["peak_bytes"] >= m["max_after_warm_bytes"] - RSS_COUNTER_SLACK_BYTES
+    assert m["max_after_warm_bytes"] > 0
 
 
 # --------------------------------------------------------------------------------------------

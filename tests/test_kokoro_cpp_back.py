@@ -305,6 +305,25 @@ def test_generator_same_bits_on_one_and_two_threads(kokoro, converted):
     assert np.array_equal(a, b)
 
 
+def test_pool_jobs_count_the_parallel_sections(kokoro, converted):
+    """pool_jobs (bench/kokoro_stage_profile.py's column) grows with each parallel section a
+    two-thread model runs, and stays 0 on one thread, where the pool has no workers."""
+    from dasllama import _core
+
+    cpp, ref, run = kokoro
+    _, style, o = run(0)
+    s_dec, _ = split(ref, style)
+    two, one = _core.KokoroModel(str(converted[1]), 2), _core.KokoroModel(str(converted[1]), 1)
+    before = two.pool_jobs
+    two.generator(o["decoded"], s_dec, o["f0"], o["har"])
+    after = two.pool_jobs
+    assert after > before
+    two.istft(np.ones((11, 4), np.float32), np.zeros((11, 4), np.float32))   # a tiny call
+    assert two.pool_jobs - after < after - before
+    one.generator(o["decoded"], s_dec, o["f0"], o["har"])
+    assert one.pool_jobs == 0
+
+
 @pytest.mark.parametrize("index", SENTENCES_USED)
 def test_whole_chain_from_onnxruntime_d_en(kokoro, index):
     cpp, ref, run = kokoro

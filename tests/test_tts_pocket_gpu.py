@@ -493,6 +493,95 @@ def test_injected_device_fault_falls_back_mid_request(cpu, gpu, ids, nth, seat):
         assert all(after[s]["declined"] == before[s]["declined"] for s in SEATS)
 
 
+def test_voice_rows_stay_resident_across_chunks(cpu, gpu, ids):
+    """A voice's rows go up (or are computed) once, not every chunk: chunk 1 on a fresh voice
+    and chunk 2 on it again run their prompts on the device without an upload (the voice's
+    own prompt left its rows resident, then chunk 1's record kept them). A chunk on the plain
+    state in between makes the record stale: chunk 3's prompt uploads the voice's rows (one
+    upload). Chunk 4's prompt fails through the fault seam (gpu_error): the CPU computes it
+    after the resident voice rows and the frames seat uploads the chunk's rows only (one
+    upload). One frame a chunk, latents against the CPU chain on the same sequence. Control:
+    the CPU chain's frames of the same chunks without the voice (its rows missing)."""
+    from dasllama import _core
+    rng = np.random.default_rng(17)
+    voice = (0.1 * rng.standard_normal((9, 1024))).astype(np.float32)
+    texts = (TEXT, OTHER, TEXT, OTHER)
+
+    def run(m, on_gpu, name):
+        m.add_voice("w", voice)
+        lats, ups = [], []
+        try:
+            for i, text in enumerate(texts):
+                if i == 2:   # another state's chunk in between: prompt only
+                    m.begin_chunk(ids[OTHER], "", 0.3, 1e9, 0)
+                before = _seats(m) if on_gpu else None
+                m.seed_noise(40 + i)
+                if on_gpu and i == 3:
+                    _core.gpu_inject_submit_fault(1)
+                try:
+                    m.begin_chunk(ids[text], name, 0.3, 1e9, 0)
+                finally:
+                    if on_gpu:
+                        _core.gpu_inject_submit_fault(0)
+                assert m.step(1)[1] == 1
+                lats.append(np.asarray(m.record()["latents"]))
+                if on_gpu:
+                    after = _seats(m)
+                    ups.append({s: (after[s]["uploads"] - before[s]["uploads"],
+                                    after[s]["served"] - before[s]["served"],
+                                    after[s]["declined"]["gpu_error"] -
+                                    before[s]["declined"]["gpu_error"])
+                                for s in ("prompt", "frames")})
+        finally:
+            m.remove_voice("w")
+        return np.concatenate(lats), ups
+
+    got, ups = run(gpu, True, "w")
+    want, _ = run(cpu, False, "w")
+    plain, _ = run(cpu, False, "")
+    print(f"(uploads, served, gpu_error) per chunk: {ups}")
+    # chunks 1-2: the device computed both prompts, nothing went up
+    assert ups[0] == ups[1] == {"prompt": (0, 1, 0), "frames": (0, 1, 0)}
+    # chunk 3: the plain state's chunk made the record stale: the voice rows went up
+    assert ups[2] == {"prompt": (1, 1, 0), "frames": (0, 1, 0)}
+    # chunk 4: the prompt's submit failed, the CPU computed it; the chunk's rows went up
+    assert ups[3] == {"prompt": (0, 0, 1), "frames": (1, 1, 0)}
+    check("latents of 4 chunks on a resident voice", rel_l2(got, want), BAR_LATENTS,
+          rel_l2(plain, want))
+
+
+def test_profile_times_each_dispatch_of_a_frame_batch(cpu, gpu, ids):
+    """set_profiling times the dispatches of encoders recorded after it (the replay knob off,
+    so the call records its own): a one-frame step with the codec seat off leaves the frame
+    batch's submit as the last one, and last_profile holds one finite, non-negative time per
+    dispatch the frames seat counted. The CPU model has no profile."""
+    from dasllama import _core
+    from dasllama.errors import DeviceError
+    try:
+        gpu.set_profiling(True)
+    except DeviceError as e:
+        pytest.skip(f"this device cannot time kernels: {e}")
+    _core.tuning_set(REPLAY, 0)
+    gpu.set_seat_enabled("codec", False)
+    try:
+        gpu.seed_noise(2)
+        gpu.begin_chunk(ids[TEXT], "", 0.3, 1e9, 0)
+        before = _seats(gpu)["frames"]["dispatches"]
+        assert gpu.step(1)[1] == 1
+        dispatched = _seats(gpu)["frames"]["dispatches"] - before
+        prof = gpu.last_profile()
+    finally:
+        gpu.set_seat_enabled("codec", True)
+        _core.tuning_reset(REPLAY)
+        gpu.set_profiling(False)
+    print(f"{len(prof)} dispatches, {sum(t for _, t in prof):.0f} us")
+    assert len(prof) == dispatched > 40
+    assert all(isinstance(k, str) and k and np.isfinite(t) and t >= 0 for k, t in prof)
+    cpu.set_profiling(True)
+    assert cpu.last_profile() == []
+    cpu.set_profiling(False)
+
+
 # The codec's transposed-convolution stamp on its own.
 
 # Bar: each output is at most three float32 additions (and a product for the depthwise

@@ -1,13 +1,17 @@
-// _core.WhisperModel: Whisper on the CPU (csrc/asr/whisper/whisper_model.h). Arrays in and
+// _core.WhisperModel: Whisper on the CPU (csrc/asr/whisper/whisper_model.h), its encoder
+// optionally a GPU seat (csrc/asr/whisper/gpu_encoder.h). Arrays in and
 // out are float32 in NumPy order; every long call releases the GIL.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "asr/whisper/gpu_admission.h"
+#include "asr/whisper/gpu_encoder.h"
 #include "asr/whisper/whisper_model.h"
 #include "bindings/bindings.h"
 #include "core/errors.h"
@@ -82,13 +86,42 @@ void bind_asr(py::module_& m) {
     py::class_<WhisperModel>(m, "WhisperModel",
                              "Whisper on the CPU from a GGUF (dasllama.convert.whisper's layout). "
                              "Not thread-safe: one call at a time.")
-        .def(py::init([](const std::string& path, int n_threads, const std::string& compute) {
+        .def(py::init([](const std::string& path, int n_threads, const std::string& compute,
+                         const std::string& device) {
                  const auto lane = whisper::compute_type_from_string(compute);
                  py::gil_scoped_release nogil;
-                 return new WhisperModel(path, n_threads, lane);
+                 return new WhisperModel(path, n_threads, lane, device);
              }),
              py::arg("path"), py::arg("n_threads") = 0, py::arg("compute_type") = "f32",
-             "compute_type: 'f32' (float32 linears) or 'int8' (Q8_0 weights, 8-bit activations)")
+             py::arg("device") = "cpu",
+             "compute_type: 'f32' (float32 linears) or 'int8' (Q8_0 weights, 8-bit activations). "
+             "device: cpu, or vulkan|vulkan:N|vulkan:NAME (the encoder on the GPU: the encoder "
+             "seat; mel and decoder stay on the CPU).")
+        .def_property_readonly("device_name", [](const WhisperModel& w) {
+            return w.gpu() ? w.gpu()->device_name() : std::string("cpu");
+        })
+        .def("seat_stats", [](const WhisperModel& w) {
+            std::map<std::string, gpu::SeatStats> seats;
+            if (w.gpu()) seats["encoder"] = w.gpu()->stats();
+            py::dict out = seat_stats_dict(seats);
+            if (w.gpu()) {
+                py::dict v = out["encoder"];
+                v["bytes_up"] = w.gpu()->bytes_up();
+                v["bytes_down"] = w.gpu()->bytes_down();
+                v["weight_bytes"] = w.gpu()->weight_bytes();
+                v["reason"] = w.gpu()->last_reason();
+            }
+            return out;
+        }, "{'encoder': served, declined by reason, dispatches, replays, uploads, bytes_up, "
+           "bytes_down, weight_bytes, reason (why the last call declined, '' when it was "
+           "served)} on a GPU; {} on the CPU.")
+        .def("set_seat_enabled", [](WhisperModel& w, const std::string& seat, bool on) {
+            if (!w.gpu() || seat != "encoder")
+                throw std::invalid_argument("no seat '" + seat + "' on this model (seats: "
+                                            "encoder on a GPU device, none on the CPU)");
+            w.gpu()->set_enabled(on);
+        }, py::arg("seat"), py::arg("on"),
+           "Turns the encoder seat on or off; a seat that is off declines with reason 'knob'.")
         .def_property_readonly("config",
                                [](const WhisperModel& w) { return config_dict(w.config()); })
         .def_property_readonly("n_threads", &WhisperModel::n_threads)
@@ -259,6 +292,21 @@ void bind_asr(py::module_& m) {
              },
              py::arg("x"), py::arg("width") = int(whisper::kMedianFilterWidth),
              "median of width (odd) neighbours along each row, the edges reflected");
+    m.def("whisper_gpu_unfit", [](int64_t n_mels, int64_t n_ctx, int64_t d, int64_t heads,
+                                  int64_t ff, int64_t layers, uint64_t max_binding_bytes) {
+        whisper::EncoderGpuDims e;
+        e.n_mels = n_mels;
+        e.n_ctx = n_ctx;
+        e.d = d;
+        e.heads = heads;
+        e.ff = ff;
+        e.layers = layers;
+        return whisper::gpu_encoder_unfit(e, max_binding_bytes);
+    }, py::arg("n_mels"), py::arg("n_ctx"), py::arg("d"), py::arg("heads"), py::arg("ff"),
+       py::arg("layers"), py::arg("max_binding_bytes"),
+       "The encoder seat's admission rule (csrc/asr/whisper/gpu_admission.h): '' when an "
+       "encoder of these widths fits buffers of max_binding_bytes each, else the limit it "
+       "passes.");
 }
 
 }  // namespace dasllama::bindings

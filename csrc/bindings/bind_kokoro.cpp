@@ -197,6 +197,10 @@ void bind_kokoro(py::module_& m) {
             k.gpu()->set_enabled(on);
         }, py::arg("seat"), py::arg("on"),
            "Turns the vocoder seat on or off; a seat that is off declines with reason 'knob'.")
+        .def_property_readonly("pool_jobs", [](const KokoroModel& k) {
+            return k.pool().jobs_run();
+        }, "Jobs the model's thread pool has handed to its workers since the model was made "
+           "(a profile's count of parallel sections; 0 on one thread).")
         .def_property_readonly("config", [](const KokoroModel& k) {
             const kokoro::KokoroConfig& c = k.config();
             py::dict d;

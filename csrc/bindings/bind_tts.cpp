@@ -131,6 +131,16 @@ void bind_tts(py::module_& m) {
              "Per seat (prompt, frames, codec): served, declined by reason, dispatches, uploads, replays.")
         .def("set_seat_enabled", &PocketModel::set_seat_enabled, py::arg("seat"), py::arg("on"),
              "Turns a GPU seat on or off; a seat that is off declines with reason 'knob'.")
+        .def("set_profiling", &PocketModel::set_profiling, py::arg("on"),
+             "Times every GPU dispatch of encoders recorded later (turn the "
+             "vulkan.pocket.replay knob off to time every call; see last_profile).")
+        .def("last_profile", [](const PocketModel& s) {
+                 py::list out;
+                 for (const gpu::KernelTime& t : s.last_profile())
+                     out.append(py::make_tuple(t.stamp, t.microseconds));
+                 return out;
+             },
+             "[(stamp, microseconds)] of each dispatch of the last GPU submit, when profiling.")
         .def_property_readonly("config", [](const PocketModel& s) { return config_dict(s.config()); })
         .def_property_readonly("n_threads", &PocketModel::n_threads)
         .def_property_readonly("precision", &PocketModel::precision)

@@ -122,6 +122,13 @@ const tuning::Knob& kMatvecSubMaxCols = tuning::define(
 // with sub4 for its wide rows, 1.52 ms with split4 for all, 1.42 ms with split4 up to 4096
 // rows and sub4 past them (its 16384-row gate/up 33 us on sub4 against 35 us, its 2048-8192
 // column products 7-16 us on split4 against 11-26 us); an 8B Q4_K 6.93 ms on sub4, 6.20 ms so.
+// The 8B Q4_K step again (6.19 ms, medians over its 32 layers): qkv 26 us (0.54 TB/s), the
+// output projection 15.5 us (0.61), gate/up 89 us (0.74), down 37 us (0.89), the head 142 us
+// (0.80), against about 4.3 TB/s; every other pick measured slower (split4 for all 6.40 ms,
+// sub4 for all 6.95, one row a subgroup 12.5, the staged stamps 13.4). A factored K-quant
+// decode in these stamps (raw quants, then d * sum(q x) - m * sum(x), sum(x) shared by the
+// four rows: two operations less per weight) ran 6.55 ms (gate/up 100 us), so the products
+// are bound by neither the arithmetic per weight nor the grid size alone.
 constexpr int64_t kFormOff = int64_t(1) << 30;
 const tuning::Knob& kMatvecSub4MinCols = tuning::define(
     "vulkan.project.matvec_sub4_min_cols", 1025, 16, kFormOff,

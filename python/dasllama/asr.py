@@ -234,28 +234,34 @@ def decode_with_fallback(decode, o: TranscriptionOptions) -> tuple:
 
 
 class ASR:
-    """Whisper speech recognition on the CPU.
+    """Whisper speech recognition on the CPU, its encoder optionally on a GPU (device).
 
     name_or_path: a packaged model ("whisper-tiny.en"; pulled on first use), a .gguf written by
     ``dasllama convert whisper``, a CTranslate2 Whisper directory, or a whisper.cpp model
     file (``ggml-*.bin``; f32, f16 or quantized).
-    device: "cpu" (GPU seats come later). compute_type: "float32" (also "default", "auto":
+    device: "cpu", or "vulkan" (the best GPU), "vulkan:N", "vulkan:NAME", "metal" (None:
+    ``$DASLLAMA_DEVICE``, else "cpu"): on a GPU the encoder is a seat that serves each 30 s
+    window (the mel front end and the decoder stay on the CPU) or declines it to the CPU
+    encoder with a reason (``seat_stats()``). A device that is absent raises DeviceError naming
+    the devices there are. compute_type: "float32" (also "default", "auto":
     float32 linears, the parity lane) or "int8" (weights quantized to Q8_0 at load, 8-bit
     activations: about 4x less weight traffic; transcripts may differ from float32's).
     n_threads: CPU threads (default: the physical cores).
     """
 
-    def __init__(self, name_or_path: Union[str, os.PathLike], device: str = "cpu",
+    def __init__(self, name_or_path: Union[str, os.PathLike], device: Optional[str] = "cpu",
                  compute_type: str = "default", n_threads: Optional[int] = None):
-        if device != "cpu":
-            raise ASRError(f"device {device!r}: this version runs Whisper on the CPU only "
-                           "(device='cpu')")
+        from .gpu import resolve_device
+
+        device = resolve_device(device)
         if compute_type not in _COMPUTE_TYPES:
             raise ASRError(f"compute_type {compute_type!r} is not one of "
                            f"{', '.join(_COMPUTE_TYPES)}")
         self.path = _resolve(name_or_path)
         self.compute_type = _COMPUTE_TYPES[compute_type]
-        self.model = _core.WhisperModel(str(self.path), int(n_threads or 0), self.compute_type)
+        self.model = _core.WhisperModel(str(self.path), int(n_threads or 0), self.compute_type,
+                                        device)
+        self.device = device
         self.config = self.model.config
         self.tokens = self.config["tokens"]
         self._tokenizer = _core.Tokenizer.from_gguf(_core.GGUFFile.open(str(self.path)))
@@ -284,6 +290,17 @@ class ASR:
         detection before a transcription, its
         windows' encoding included). ``dict(asr.stats)`` is a snapshot."""
         return dict(self._stats)
+
+    @property
+    def device_name(self) -> str:
+        """The GPU that holds the encoder seat, or "cpu"."""
+        return self.model.device_name
+
+    def seat_stats(self) -> dict:
+        """The encoder seat's counters ({} on the CPU): served, declined by reason, dispatches,
+        replays, uploads, bytes_up, bytes_down, weight_bytes, and reason (why the last window
+        declined, "" when it was served)."""
+        return self.model.seat_stats()
 
     @property
     def supported_languages(self) -> List[str]:

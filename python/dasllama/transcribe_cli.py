@@ -81,7 +81,8 @@ def write_transcript(segments: Iterable, info, fmt: str, out: TextIO, echo=None)
 def _cmd_transcribe(args) -> int:
     from .asr import ASR
 
-    asr = ASR(args.model, compute_type=args.compute_type, n_threads=args.threads)
+    asr = ASR(args.model, device=args.device, compute_type=args.compute_type,
+              n_threads=args.threads)
     show = args.progress or (args.progress is None and sys.stderr.isatty())
 
     def echo(s) -> None:
@@ -125,6 +126,9 @@ def add_transcribe_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--compute-type", default="default", choices=("default", "float32", "int8"),
                    help="float32 (default) or int8 linears")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: cores)")
+    p.add_argument("--device", default=None,
+                   help="cpu, vulkan, vulkan:N, vulkan:NAME or metal: the encoder on a GPU "
+                        "(default: $DASLLAMA_DEVICE, else cpu)")
     p.add_argument("--without-timestamps", action="store_true",
                    help="decode without timestamp tokens (one segment per window)")
     p.add_argument("--initial-prompt", default=None, help="text that conditions the first window")

@@ -1,10 +1,18 @@
 #include "asr/whisper/whisper_model.h"
 
+#include "asr/whisper/gpu_encoder.h"
+#include "core/errors.h"
+
 namespace dasllama::whisper {
 
-WhisperModel::WhisperModel(const std::string& path, int n_threads, ComputeType compute)
+WhisperModel::WhisperModel(const std::string& path, int n_threads, ComputeType compute,
+                           const std::string& device)
     : w_(load_whisper(path, compute)), pool_(n_threads), mel_(*w_), encoder_(*w_),
-      decoder_(*w_, pool_.size()) {}
+      decoder_(*w_, pool_.size()) {
+    if (device != "cpu") gpu_ = std::make_unique<EncoderGpu>(*w_, device);
+}
+
+WhisperModel::~WhisperModel() = default;
 
 void WhisperModel::log_mel(const float* audio, int64_t n, std::vector<float>& mel) {
     mel_.compute(audio, n, mel, pool_);
@@ -18,7 +26,16 @@ void WhisperModel::log_mel_frames(const float* span, int64_t offset, int64_t ava
 }
 
 void WhisperModel::encode(const float* window, std::vector<float>& out, bool set) {
-    encoder_.run(window, out, pool_);
+    bool served = false;
+    if (gpu_ && gpu_->admit()) {
+        try {
+            gpu_->run(window, out);
+            served = true;
+        } catch (const DeviceError& e) {
+            gpu_->decline(gpu::Decline::gpu_error, e.what());
+        }
+    }
+    if (!served) encoder_.run(window, out, pool_);
     if (set) decoder_.set_audio(out.data(), pool_);
 }
 

@@ -1,7 +1,8 @@
 // Whisper on the CPU: the stages of one model file behind one object (weights.h, mel.h,
 // encoder.h, decoder.h, greedy.h, beam.h, sampling.h). The window loop of a long clip
-// (seeking, prompts from earlier text, segments) is dasllama.asr's. Not thread-safe: one call
-// at a time.
+// (seeking, prompts from earlier text, segments) is dasllama.asr's. On a GPU device the encoder
+// is a seat (gpu_encoder.h) that serves each window or declines it to the CPU encoder. Not
+// thread-safe: one call at a time.
 #pragma once
 
 #include <cstdint>
@@ -21,10 +22,19 @@
 
 namespace dasllama::whisper {
 
+class EncoderGpu;
+
 class WhisperModel {
 public:
-    // n_threads <= 0: the physical cores. compute: the linears' lane (weights.h).
-    WhisperModel(const std::string& path, int n_threads, ComputeType compute = ComputeType::kF32);
+    // n_threads <= 0: the physical cores. compute: the linears' lane (weights.h). device:
+    // "cpu", or a GPU spec for gpu::open_device (the encoder seat); an unknown or missing device
+    // throws DeviceError naming the devices there are.
+    WhisperModel(const std::string& path, int n_threads, ComputeType compute = ComputeType::kF32,
+                 const std::string& device = "cpu");
+    ~WhisperModel();
+
+    // The encoder seat on a GPU device, nullptr on the CPU.
+    EncoderGpu* gpu() const { return gpu_.get(); }
 
     const WhisperConfig& config() const { return w_->cfg; }
     int n_threads() const { return pool_.size(); }
@@ -60,6 +70,7 @@ private:
     MelFrontEnd mel_;
     Encoder encoder_;
     Decoder decoder_;
+    std::unique_ptr<EncoderGpu> gpu_;
 };
 
 }  // namespace dasllama::whisper

@@ -373,8 +373,12 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
     // The input time-major and padded (the zero point outside the signal): position p of the
     // padded signal holds its C_in values in one row, and gsum its per-group sums, so a
     // window's im2col row is one copy per tap and its sum one addition per tap.
+    // Only the padding rows are filled here: the quantize pass below writes every row of the
+    // signal (a fill of the whole buffer was a second pass over each convolution's input).
     const int64_t padded = n + a_.pad_left + a_.pad_right;
-    std::vector<uint8_t> qt(size_t(padded * c_in_), zx);
+    std::unique_ptr<uint8_t[]> qt(new uint8_t[size_t(padded * c_in_)]);   // not zeroed
+    std::fill(qt.get(), qt.get() + a_.pad_left * c_in_, zx);
+    std::fill(qt.get() + (n + a_.pad_left) * c_in_, qt.get() + padded * c_in_, zx);
     const Int8Vector& vec = int8_vector();
     const float zpf = static_cast<float>(qp.zero_point);
     parallel_rows(pool, c_in_, n, [&](int64_t c0, int64_t c1) {
@@ -413,9 +417,10 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
 
     auto work = [&](int t, int nt) {
         const int64_t blocks = (lout + kConvBlock - 1) / kConvBlock;
-        std::vector<uint8_t> a(size_t(kConvBlock * kp));
+        // Written in full before each read (rows past K padded below), so not zeroed.
+        std::unique_ptr<uint8_t[]> a(new uint8_t[size_t(kConvBlock * kp)]);
         std::vector<int64_t> sums(static_cast<size_t>(kConvBlock));
-        std::vector<int32_t> acc(size_t(kConvBlock * cout_g));
+        std::unique_ptr<int32_t[]> acc(new int32_t[size_t(kConvBlock * cout_g)]);
         for (int64_t b = blocks * t / nt; b < blocks * (t + 1) / nt; ++b) {
             const int64_t l0 = b * kConvBlock, nl = std::min(kConvBlock, lout - l0);
             for (int64_t g = 0; g < groups; ++g) {
@@ -432,9 +437,9 @@ void QConv::forward(const float* x, int64_t n, float* y, ThreadPool* pool) const
                     std::fill(row + kk, row + kp, uint8_t(0));
                     sums[size_t(i)] = sum;
                 }
-                p_.kernels->gemm(a.data(), kp, p_.group(g), nl, cout_g, kp, acc.data(), cout_g);
+                p_.kernels->gemm(a.get(), kp, p_.group(g), nl, cout_g, kp, acc.get(), cout_g);
                 const int64_t r0 = g * cout_g;
-                vec.rescale(acc.data(), nl, cout_g, &col[size_t(r0)], zw, sums.data(),
+                vec.rescale(acc.get(), nl, cout_g, &col[size_t(r0)], zw, sums.data(),
                             &fb[size_t(r0)], s, y + r0 * lout + l0, lout);
             }
         }

@@ -16,13 +16,6 @@ constexpr size_t F = sizeof(float);
 
 uint32_t u32(int64_t v) { return uint32_t(v); }
 
-// Zeros over the first `floats` of b.
-void clear(gpu::Device& dev, gpu::Buffer& b, int64_t floats) {
-    if (floats <= 0) return;
-    const std::vector<float> z(size_t(floats), 0.0f);
-    dev.upload(b, 0, z.data(), z.size() * F);
-}
-
 std::unique_ptr<gpu::Buffer> alloc_floats(gpu::Device& dev, int64_t floats, const char* label) {
     return dev.alloc(size_t(std::max<int64_t>(1, floats)) * F, label);
 }
@@ -67,24 +60,31 @@ GpuCodec::GpuCodec(GpuOps& ops, const PocketConfig& c, const DeviceMimi& w)
 GpuCodec::~GpuCodec() = default;
 
 void GpuCodec::reset() {
-    gpu::Device& dev = ops_.device();
+    // The stream's first call zeroes the tails and histories in its own command buffer
+    // (clear_state): no transfer of its own, so a chunk's first audio waits on one submit.
+    positions_ = 0;
+    fresh_ = true;
+}
+
+void GpuCodec::clear_state(gpu::Encoder& e) {
     const int64_t u = std::max<int64_t>(1, c_.upsample_stride);
-    clear(dev, *up_tail_, u * c_.outer_dim);
+    auto zero = [&](gpu::Buffer& b, int64_t floats) {
+        if (floats > 0) e.fill(b, 0, size_t(floats) * F, 0u);
+    };
+    zero(*up_tail_, u * c_.outer_dim);
     for (size_t s = 0; s < stages_.size(); ++s) {
         const DeviceConv& up = w_.stages[s].up;
-        clear(dev, *stages_[s].tail, (up.k - c_.dec.ratios[s]) * up.cout);
+        zero(*stages_[s].tail, (up.k - c_.dec.ratios[s]) * up.cout);
     }
     // The histories start as zeros (constant padding; replicate padding overwrites them in
     // the first call).
-    auto clear_history = [&](Conv& cv) { clear(dev, *cv.in, cv.hist * cv.w->cin); };
+    auto clear_history = [&](Conv& cv) { zero(*cv.in, cv.hist * cv.w->cin); };
     clear_history(in_);
     clear_history(out_);
     for (Stage& st : stages_) {
         for (Conv& cv : st.conv1) clear_history(cv);
         for (Conv& cv : st.conv2) clear_history(cv);
     }
-    positions_ = 0;
-    fresh_ = true;
 }
 
 void GpuCodec::reserve_positions(int64_t n_ctx) {
@@ -253,6 +253,7 @@ void GpuCodec::record_piece(gpu::Encoder& e, int64_t n) {
     const int64_t L = c_.latent_dim, Co = c_.outer_dim;
     const int64_t u = std::max<int64_t>(1, c_.upsample_stride);
     e.copy(*lat_in_, 0, *lat_, 0, size_t(n * L) * F);
+    if (fresh_) clear_state(e);
     e.barrier();
     gpu::Buffer* cur = p_.get();
     gpu::Buffer* spare = q_.get();

@@ -72,6 +72,8 @@ private:
 
     void reserve(int64_t n);
     GpuRun decode_piece(const float* latents, int64_t n, std::vector<float>& audio);
+    // Zeroes the stream's tails and convolution histories (recorded in a fresh call).
+    void clear_state(gpu::Encoder& e);
     // Records a call of n frames (the stream's first when fresh_).
     void record_piece(gpu::Encoder& e, int64_t n);
     // conv_tr (depthwise when depthwise_w is given) of n_in rows of z into y, then the rows

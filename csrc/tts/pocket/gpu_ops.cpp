@@ -223,7 +223,19 @@ void GpuTransformer::reserve_rows(int64_t n) {
     attn_ = dev.alloc(N * size_t(c.num_heads * c.head_dim) * F, "tf.attn");
     out_ = dev.alloc(N * size_t(c.d_model) * F, "tf.out");
     ff_ = dev.alloc(N * size_t(c.ffn_dim) * F, "tf.ff");
+    const int64_t widest = std::max({c.d_model, c.num_heads * c.head_dim, c.ffn_dim});
+    panel_ = dev.alloc((N * size_t(widest) * 2 + 15) / 16 * 16, "tf.staged_panel");
     rows_ = n;
+}
+
+bool GpuTransformer::staged(gpu::Encoder& e, const DeviceMatrix& m, gpu::Buffer& x,
+                            uint32_t x_stride, int64_t n, const gpu::ProjectionInput& in,
+                            gpu::Buffer& y, uint32_t y_stride, bool accumulate) {
+    if (!panel_ || !gpu::staged_panel(m.format, m.cols, n, in.mode, ops_.coopmat())) return false;
+    gpu::stage_input(e, x, 0, x_stride, m.cols, n, in, *panel_, ops_.dummy());
+    e.barrier();
+    gpu::project_staged(e, m, *panel_, y, 0, y_stride, n, accumulate, ops_.dummy());
+    return true;
 }
 
 bool GpuTransformer::reserve_cache(int64_t n_ctx) {
@@ -263,10 +275,10 @@ void GpuTransformer::record(gpu::Encoder& e, gpu::Buffer& x, int64_t n, int64_t 
     for (int il = 0; il < n_layers; ++il) {
         const DeviceTransformerLayer& l = w_.layers[size_t(il)];
         const bool kv_only = kv_only_last && il == n_layers - 1;
+        const gpu::ProjectionInput norm1{GK_MM_IN_LAYERNORM + 1u, l.norm1_wb.get(), 0, eps};
         if (fuse_norm) {
-            ops_.linear(e, l.wqkv, nullptr, x, 0, ud, *qkv_, 0, uqkv, n, false,
-                        {GK_MM_IN_LAYERNORM + 1u, l.norm1_wb.get(), 0, eps});
-        } else {
+            ops_.linear(e, l.wqkv, nullptr, x, 0, ud, *qkv_, 0, uqkv, n, false, norm1);
+        } else if (!staged(e, l.wqkv, x, ud, n, norm1, *qkv_, uqkv, false)) {
             ops_.layernorm(e, x, 0, l.norm1_w.get(), l.norm1_b.get(), n, D, c.norm_eps, *h_, 0);
             e.barrier();
             ops_.linear(e, l.wqkv, nullptr, *h_, 0, ud, *qkv_, 0, uqkv, n);
@@ -290,19 +302,21 @@ void GpuTransformer::record(gpu::Encoder& e, gpu::Buffer& x, int64_t n, int64_t 
         }
         e.barrier();
         // Residual branches: straight into x, or through the layer scale (Mimi).
+        const gpu::ProjectionInput plain{};
         if (l.attn_scale) {
-            ops_.linear(e, l.wo, nullptr, *attn_, 0, qw, *out_, 0, ud, n);
+            if (!staged(e, l.wo, *attn_, qw, n, plain, *out_, ud, false))
+                ops_.linear(e, l.wo, nullptr, *attn_, 0, qw, *out_, 0, ud, n);
             e.barrier();
             ops_.add_scale(e, x, 0, ud, *out_, 0, ud, D, n, l.attn_scale.get());
-        } else {
+        } else if (!staged(e, l.wo, *attn_, qw, n, plain, x, ud, true)) {
             ops_.linear(e, l.wo, nullptr, *attn_, 0, qw, x, 0, ud, n, true);
         }
         e.barrier();
         const uint32_t ff = uint32_t(c.ffn_dim);
+        const gpu::ProjectionInput norm2{GK_MM_IN_LAYERNORM + 1u, l.norm2_wb.get(), 0, eps};
         if (fuse_norm) {
-            ops_.linear(e, l.up, nullptr, x, 0, ud, *ff_, 0, ff, n, false,
-                        {GK_MM_IN_LAYERNORM + 1u, l.norm2_wb.get(), 0, eps});
-        } else {
+            ops_.linear(e, l.up, nullptr, x, 0, ud, *ff_, 0, ff, n, false, norm2);
+        } else if (!staged(e, l.up, x, ud, n, norm2, *ff_, ff, false)) {
             ops_.layernorm(e, x, 0, l.norm2_w.get(), l.norm2_b.get(), n, D, c.norm_eps, *h_, 0);
             e.barrier();
             ops_.linear(e, l.up, nullptr, *h_, 0, ud, *ff_, 0, ff, n);
@@ -310,10 +324,11 @@ void GpuTransformer::record(gpu::Encoder& e, gpu::Buffer& x, int64_t n, int64_t 
         e.barrier();
         // The GELU in the down projection's input stage.
         if (l.ffn_scale) {
-            ops_.linear(e, l.down, nullptr, *ff_, 0, ff, *out_, 0, ud, n, false, gelu);
+            if (!staged(e, l.down, *ff_, ff, n, gelu, *out_, ud, false))
+                ops_.linear(e, l.down, nullptr, *ff_, 0, ff, *out_, 0, ud, n, false, gelu);
             e.barrier();
             ops_.add_scale(e, x, 0, ud, *out_, 0, ud, D, n, l.ffn_scale.get());
-        } else {
+        } else if (!staged(e, l.down, *ff_, ff, n, gelu, x, ud, true)) {
             ops_.linear(e, l.down, nullptr, *ff_, 0, ff, x, 0, ud, n, true, gelu);
         }
         e.barrier();

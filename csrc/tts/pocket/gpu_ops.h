@@ -99,6 +99,10 @@ private:
     std::shared_ptr<gpu::Device> device_;
     std::unique_ptr<gpu::Buffer> dummy_, zero_base_;
     bool coopmat_ = false;
+
+public:
+    // Whether many-row products may take the cooperative-matrix stamps on this device.
+    bool coopmat() const { return coopmat_; }
 };
 
 // Where a recorded transformer call finds its positions and leaves its K/V rows.
@@ -144,11 +148,20 @@ public:
     }
 
 private:
+    // A many-row product from a staged float16 panel (gpu/matrix.h: stage_input, then
+    // project_staged): the input stage (LayerNorm, GELU or none) formed once per token row,
+    // the product on the tile the shape picks. False, recording nothing, where staged_panel
+    // says no (few rows, no cooperative matrices, F32 weights, the knob).
+    bool staged(gpu::Encoder& e, const DeviceMatrix& m, gpu::Buffer& x, uint32_t x_stride,
+                int64_t n, const gpu::ProjectionInput& in, gpu::Buffer& y, uint32_t y_stride,
+                bool accumulate);
+
     GpuOps& ops_;
     const DeviceTransformer& w_;
     int64_t rows_ = 0, capacity_ = 0;
     uint64_t generation_ = 0;
     std::unique_ptr<gpu::Buffer> h_, qkv_, attn_, out_, ff_;
+    std::unique_ptr<gpu::Buffer> panel_;  // staged input rows (halves), the widest input
     std::vector<std::unique_ptr<gpu::Buffer>> kc_, vc_;
 };
 

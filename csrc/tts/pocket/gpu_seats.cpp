@@ -102,10 +102,17 @@ void PocketGpu::codec_decode(const float* latents, int64_t n, std::vector<float>
     seat.served += 1;
 }
 
-void PocketGpu::begin_chunk(KVCache& state, uint64_t generation) {
+void PocketGpu::begin_chunk(KVCache& state, uint64_t generation, int64_t keep,
+                            uint64_t keep_id) {
+    // The voice's rows [0, keep) are unchanged across its chunks, and no chunk writes below
+    // its own first position, so the device copy keeps them while the record stays this
+    // state's with the same base.
+    const bool kept = keep > 0 && resident_state_ == &state && resident_base_ == keep_id &&
+                      resident_rows_ >= keep;
     resident_state_ = &state;
     resident_generation_ = generation;
-    resident_rows_ = 0;
+    resident_base_ = keep > 0 ? keep_id : generation;
+    resident_rows_ = kept ? keep : 0;
 }
 
 bool PocketGpu::reserve_cache(const KVCache& state, const std::string& seat) {
@@ -194,6 +201,7 @@ void PocketGpu::sync_rows(KVCache& state, uint64_t generation, gpu::SeatStats& s
     if (resident_state_ != &state || resident_generation_ != generation) {
         resident_state_ = &state;
         resident_generation_ = generation;
+        resident_base_ = generation;
         resident_rows_ = 0;
     }
     const int64_t host = state.n_past();

@@ -19,7 +19,10 @@
 // are read back into the host state, so the CPU can take over at any frame. The prompt seat
 // writes the record as it computes the prompt's rows on the device (and reads them back), so
 // the chunk's first frames find them resident; a prompt the CPU computed leaves the record
-// stale and the frames seat uploads every row.
+// stale and the frames seat uploads every row. A voice's rows stay resident across its chunks:
+// a chunk on the voice whose rows the device copy still holds (nothing else ran on the device
+// since that voice's prompt or its last chunk) starts with those rows resident, so only the
+// chunk's own rows are computed or go up.
 //
 // The codec's stream: while the codec seat serves a chunk its streaming state lives on the
 // device only; a call the CPU takes (or one the device takes after the CPU) first replays the
@@ -59,12 +62,16 @@ public:
     ~PocketGpu();
 
     std::string device_name() const;
+    gpu::Device& device() { return *device_; }
     const std::map<std::string, gpu::SeatStats>& stats() const { return seats_; }
     void set_enabled(const std::string& seat, bool on);
     void decline(const std::string& seat, gpu::Decline why) { seats_[seat].decline(why); }
 
-    // A new chunk begins on `state` (the device copy of any earlier state is stale).
-    void begin_chunk(KVCache& state, uint64_t generation);
+    // A new chunk begins on `state` after its first `keep` rows (a voice's), which a prompt
+    // under the record `keep_id` made (the generation of the voice's own prompt). When the
+    // device copy still holds those rows of this state (the same voice's earlier chunk, or its
+    // prompt, was the last work on the device) they stay resident; else every row goes up.
+    void begin_chunk(KVCache& state, uint64_t generation, int64_t keep, uint64_t keep_id);
 
     // The frames seat: whether it takes a batch of n frames on `state` (counts the decline
     // when not).
@@ -124,6 +131,9 @@ private:
     const KVCache* resident_state_ = nullptr;
     uint64_t resident_generation_ = 0;
     int64_t resident_rows_ = 0;
+    // The generation whose prompt made the record's leading rows: the voice's rows of a chunk
+    // on a voice (passed to begin_chunk), else the record's own generation.
+    uint64_t resident_base_ = 0;
     // The prompt seat's input rows and readback.
     int64_t prompt_rows_ = 0;
     std::unique_ptr<gpu::Buffer> prompt_x_, prompt_out_;

@@ -150,6 +150,7 @@ void PocketModel::add_voice(const std::string& name, const float* rows, int64_t 
     ++generation_;
     run_prompt(*v.state, rows, n);
     v.n_rows = n;
+    v.rows_generation = generation_;
     if (voice_ == name) done_ = true;  // a chunk in progress with the old rows ends
     voices_[name] = std::move(v);
 }
@@ -168,6 +169,7 @@ void PocketModel::add_voice_state(const std::string& name, const float* keys,
                                       values + il * layer_floats);
     ++generation_;  // a resident copy of an older voice's rows on the GPU is stale now
     v.n_rows = n;
+    v.rows_generation = generation_;
     if (voice_ == name) done_ = true;
     voices_[name] = std::move(v);
 }
@@ -209,6 +211,7 @@ void PocketModel::begin_chunk(const int32_t* ids, int64_t n, const std::string& 
     if (n <= 0) throw std::invalid_argument("pocket: a chunk needs at least one token");
     std::unique_ptr<KVCache>* state = &plain_state_;
     int64_t keep = 0;
+    uint64_t keep_id = 0;
     if (!voice.empty()) {
         auto it = voices_.find(voice);
         if (it == voices_.end()) {
@@ -219,6 +222,7 @@ void PocketModel::begin_chunk(const int32_t* ids, int64_t n, const std::string& 
         }
         state = &it->second.state;
         keep = it->second.n_rows;
+        keep_id = it->second.rows_generation;
     }
     StageClock clock(times_.prompt_ms);
     times_.prompt_rows += n;
@@ -232,7 +236,7 @@ void PocketModel::begin_chunk(const int32_t* ids, int64_t n, const std::string& 
     if (*state) (*state)->truncate(keep);
     backbone_->ensure_capacity(*state, keep + n + cap);
     ++generation_;
-    if (gpu_) gpu_->begin_chunk(**state, generation_);
+    if (gpu_) gpu_->begin_chunk(**state, generation_, keep, keep_id);
     run_prompt(**state, rows.data(), n);
 
     voice_ = voice;
@@ -484,6 +488,16 @@ std::string PocketModel::device_name() const {
 std::map<std::string, gpu::SeatStats> PocketModel::seat_stats() const {
     std::lock_guard<std::mutex> lock(mu_);
     return gpu_ ? gpu_->stats() : std::map<std::string, gpu::SeatStats>{};
+}
+
+void PocketModel::set_profiling(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (gpu_) gpu_->device().set_profiling(on);
+}
+
+std::vector<gpu::KernelTime> PocketModel::last_profile() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return gpu_ ? gpu_->device().last_profile() : std::vector<gpu::KernelTime>{};
 }
 
 void PocketModel::set_seat_enabled(const std::string& seat, bool on) {

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "cpu/matmul.h"
+#include "gpu/device.h"
 #include "gpu/seat.h"
 #include "llm/kv_cache.h"
 #include "tts/pocket/config.h"
@@ -146,6 +147,12 @@ public:
     std::string device_name() const;
     // Per-seat counters ("prompt", "frames", "codec"); empty on the CPU.
     std::map<std::string, gpu::SeatStats> seat_stats() const;
+    // Times every GPU dispatch of encoders recorded from now on (a replayed recording made
+    // before keeps none: turn the vulkan.pocket.replay knob off to time every call); throws
+    // DeviceError when the device cannot time kernels. No-op on the CPU.
+    void set_profiling(bool on);
+    // [(stamp, microseconds)] of each dispatch of the last GPU submit, when profiling.
+    std::vector<gpu::KernelTime> last_profile() const;
     // Turns a seat on or off (its knob; DASLLAMA_SEAT_<NAME>=0 sets the default).
     void set_seat_enabled(const std::string& seat, bool on);
 
@@ -197,6 +204,7 @@ private:
     struct Voice {
         std::unique_ptr<KVCache> state;
         int64_t n_rows = 0;
+        uint64_t rows_generation = 0;  // the generation its rows were made under
     };
     std::map<std::string, Voice> voices_;
     std::unique_ptr<KVCache> plain_state_;   // the state of a chunk without a voice

@@ -1,0 +1,373 @@
+#include "asr/whisper/gpu_encoder.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "asr/whisper/blocks.h"
+#include "core/errors.h"
+#include "gk_args.h"
+#include "gpu/matrix.h"
+#include "nn/tensor_reader.h"
+
+namespace dasllama::whisper {
+
+namespace {
+
+namespace gk = gpu::gk_args;
+
+constexpr uint32_t kStrideGroup = 256;   // threads of the grid-stride stamps (GK_WG)
+constexpr int64_t kConvTaps = 3;         // both stem convolutions (weights.h)
+constexpr uint32_t kNanWord = 0x7fc00000u;   // a quiet float32 NaN
+
+// conv1d_tiled's tile and limits (shaders/kernels/conv1d.gk.h: GK_CONV_TO, _TT, _KMAX, _WMAX).
+constexpr int64_t kTileChannels = 32, kTileColumns = 64, kTileMaxTaps = 12, kTileMaxWindow = 512;
+
+uint32_t u32(int64_t v) { return uint32_t(v); }
+uint32_t grid(int64_t items) { return gpu::stride_groups(items, kStrideGroup); }
+
+struct DevNorm {
+    std::unique_ptr<gpu::Buffer> w, b;
+};
+
+struct DevLinear {
+    gpu::DeviceMatrix m;
+    std::unique_ptr<gpu::Buffer> bias;   // nullptr: none
+};
+
+struct DevConv {
+    std::unique_ptr<gpu::Buffer> w, b;
+    int64_t c_in = 0, c_out = 0, stride = 1;
+};
+
+struct DevLayer {
+    DevNorm attn_ln, mlp_ln;
+    DevLinear qkv, out, fc1, fc2;
+};
+
+EncoderGpuDims dims_of(const WhisperConfig& c) {
+    EncoderGpuDims e;
+    e.n_mels = c.n_mels;
+    e.n_ctx = c.n_audio_ctx;
+    e.d = c.n_audio_state;
+    e.heads = c.n_audio_head;
+    e.ff = 4 * c.n_audio_state;
+    e.layers = c.n_audio_layer;
+    return e;
+}
+
+// Why the loaded weights have no GPU form ("" when they all do).
+std::string weights_unfit(const WhisperWeights& w) {
+    for (const EncoderLayer& l : w.enc)
+        for (const nn::Linear* m : {&l.qkv, &l.out, &l.fc1, &l.fc2})
+            if (gpu::device_format(*m->w.type).empty())
+                return std::string("an encoder matrix of type ") + m->w.type->name +
+                       " has no GPU kernels";
+    return "";
+}
+
+}  // namespace
+
+struct EncoderGpu::Impl {
+    std::shared_ptr<gpu::Device> dev;
+    EncoderGpuDims e;
+    bool coopmat = false;
+    uint64_t* weight_bytes = nullptr;
+    DevConv conv1, conv2;
+    std::unique_ptr<gpu::Buffer> pos, pos_base, dummy;
+    std::vector<DevLayer> layers;
+    DevNorm ln_post;
+    // The call's buffers: window, conv1's output, the residual rows, a norm's output, q/k/v,
+    // the head-major queries and attention output, the attention rows, the MLP's hidden rows.
+    std::unique_ptr<gpu::Buffer> win, c1, c2, x, h, qkv, qh, ah, attn, ff;
+    std::unique_ptr<gpu::Encoder> recording;
+
+    std::unique_ptr<gpu::Buffer> make(int64_t elems, const char* label) {
+        return dev->alloc(size_t(std::max<int64_t>(elems, 1)) * sizeof(float), label);
+    }
+    std::unique_ptr<gpu::Buffer> floats(const std::vector<float>& v, const char* label) {
+        return gpu::upload_floats(*dev, v, label, *weight_bytes);
+    }
+    DevNorm norm(const Norm& n) { return {floats(n.w, "whisper norm"), floats(n.b, "whisper norm")}; }
+    DevLinear linear(const nn::Linear& l, const char* label) {
+        DevLinear d;
+        d.m = gpu::upload_matrix(*dev, *l.w.type, l.w.cols, {gpu::HostRows{l.w.data, l.w.rows}},
+                                 label, *weight_bytes);
+        d.bias = floats(l.bias, "whisper bias");
+        return d;
+    }
+    DevConv conv(const nn::TensorReader& r, const std::string& p, int64_t c_out, int64_t c_in,
+                 int64_t stride) {
+        DevConv c;
+        c.w = floats(r.floats(p + ".weight", {c_out, c_in, kConvTaps}), "whisper conv");
+        c.b = floats(r.floats(p + ".bias", {c_out}), "whisper conv bias");
+        c.c_in = c_in;
+        c.c_out = c_out;
+        c.stride = stride;
+        return c;
+    }
+
+    void upload(const WhisperWeights& w) {
+        const int64_t d = e.d;
+        nn::TensorReader r(w.file);
+        conv1 = conv(r, "enc.conv1", d, e.n_mels, 1);
+        conv2 = conv(r, "enc.conv2", d, d, 2);
+        pos = floats(w.enc_pos, "whisper positions");
+        for (const EncoderLayer& l : w.enc) {
+            DevLayer g;
+            g.attn_ln = norm(l.attn_ln);
+            g.mlp_ln = norm(l.mlp_ln);
+            g.qkv = linear(l.qkv, "whisper enc qkv");
+            g.out = linear(l.out, "whisper enc out");
+            g.fc1 = linear(l.fc1, "whisper enc fc1");
+            g.fc2 = linear(l.fc2, "whisper enc fc2");
+            layers.push_back(std::move(g));
+        }
+        ln_post = norm(w.ln_post);
+        const uint32_t zero = 0;
+        pos_base = dev->alloc(16, "whisper position base");
+        dev->upload(*pos_base, 0, &zero, sizeof(zero));
+        dummy = dev->alloc(16, "unused binding");
+        const int64_t n = e.n_ctx, T = 2 * n;
+        win = make(e.n_mels * T, "whisper mel window");
+        c1 = make(d * T, "whisper conv1");
+        c2 = make(d * n, "whisper conv2");
+        x = make(n * d, "whisper residual");
+        h = make(n * d, "whisper norm rows");
+        qkv = make(3 * n * d, "whisper qkv");
+        qh = make(n * d, "whisper queries by head");
+        ah = make(n * d, "whisper attention by head");
+        attn = make(n * d, "whisper attention rows");
+        ff = make(e.ff * n, "whisper mlp rows");
+        // NaN in every activation at the start, so a value the recording never writes shows in
+        // the output (tests/test_whisper_gpu.py asserts it finite) rather than passing as 0.
+        auto enc = dev->encoder();
+        for (gpu::Buffer* b : {c1.get(), c2.get(), x.get(), h.get(), qkv.get(), qh.get(),
+                               ah.get(), attn.get(), ff.get()})
+            enc->fill(*b, 0, b->size(), kNanWord);
+        dev->submit(*enc);
+    }
+
+    // y [c_out, l_out] = conv(x [c_in, l_in]) + bias, pad 1 both sides.
+    void conv_rec(gpu::Encoder& enc, const DevConv& c, gpu::Buffer& in, int64_t l_in,
+                  gpu::Buffer& out) {
+        const int64_t l_out = (l_in + 2 - kConvTaps) / c.stride + 1;
+        gk::conv1d a{};
+        a.c_in = u32(c.c_in);
+        a.c_out = u32(c.c_out);
+        a.l_in = u32(l_in);
+        a.l_out = u32(l_out);
+        a.taps = u32(kConvTaps);
+        a.stride = u32(c.stride);
+        a.dilation = 1;
+        a.pad_left = 1;
+        a.groups = 1;
+        a.has_bias = 1;
+        a.div = 1.0f;
+        a.in_up = 1;
+        const int64_t window = (kTileColumns - 1) * c.stride + (kConvTaps - 1) + 1;
+        if (kConvTaps <= kTileMaxTaps && window <= kTileMaxWindow)
+            enc.dispatch(gpu::require_stamp("conv1d_tiled"), {&in, c.w.get(), c.b.get(), &out}, a,
+                         u32((l_out + kTileColumns - 1) / kTileColumns),
+                         u32((c.c_out + kTileChannels - 1) / kTileChannels));
+        else
+            enc.dispatch(gpu::require_stamp("conv1d"), {&in, c.w.get(), c.b.get(), &out}, a,
+                         grid(c.c_out * l_out));
+    }
+
+    void gelu_rec(gpu::Encoder& enc, gpu::Buffer& in, gpu::Buffer& out, int64_t rows,
+                  int64_t cols, bool transpose, gpu::Buffer* add) {
+        gk::gelu_erf a{};
+        a.rows = u32(rows);
+        a.cols = u32(cols);
+        a.transpose = transpose ? 1u : 0u;
+        a.act = 1;
+        a.add = add ? 1u : 0u;
+        enc.dispatch(gpu::require_stamp("gelu_erf"), {&in, &out, add ? add : dummy.get()}, a,
+                     grid(rows * cols));
+    }
+
+    void norm_rec(gpu::Encoder& enc, const DevNorm& nm, gpu::Buffer& in, gpu::Buffer& out) {
+        gk::layernorm a{};
+        a.n = u32(e.d);
+        a.rows = u32(e.n_ctx);
+        a.affine = 1;
+        a.eps = float(kLayerNormEps);
+        enc.dispatch(gpu::require_stamp("layernorm"),
+                     {&in, nm.w.get(), nm.b.get(), dummy.get(), &out}, a, u32(e.n_ctx));
+    }
+
+    // y[t * y_stride + r] (+)= W x_t, then + bias (its own pass, after a barrier).
+    void linear_rec(gpu::Encoder& enc, const DevLinear& l, gpu::Buffer& in, int64_t in_stride,
+                    gpu::Buffer& out, int64_t out_stride, bool accumulate) {
+        gpu::project(enc, l.m, in, 0, u32(in_stride), out, 0, u32(out_stride), e.n_ctx,
+                     accumulate, *dummy, coopmat);
+        if (!l.bias) return;
+        enc.barrier();
+        gk::add_scale a{};
+        a.n = u32(l.m.rows);
+        a.rows = u32(e.n_ctx);
+        a.y_stride = u32(out_stride);
+        a.x_stride = 0;
+        a.div = 1.0f;
+        enc.dispatch(gpu::require_stamp("add_scale"),
+                     {&out, l.bias.get(), dummy.get(), dummy.get()}, a, grid(l.m.rows * e.n_ctx));
+    }
+
+    // Columns [col0, col0 + width) of `rows` rows `src_stride` apart -> rows `dst_stride` apart.
+    void copy_rec(gpu::Encoder& enc, gpu::Buffer& src, int64_t src_off, int64_t src_stride,
+                  gpu::Buffer& dst, int64_t dst_off, int64_t dst_stride, int64_t width) {
+        gk::rows a{};
+        a.width = u32(width);
+        a.rows = u32(e.n_ctx);
+        a.src_off = u32(src_off);
+        a.src_stride = u32(src_stride);
+        a.dst_off = u32(dst_off);
+        a.dst_stride = u32(dst_stride);
+        enc.dispatch(gpu::require_stamp("rows_copy"), {&src, &dst, dummy.get()}, a,
+                     grid(width * e.n_ctx));
+    }
+
+    // Bidirectional attention on attention_f32 (a causal kernel): every frame is its own query
+    // "head" (head h of frame t at h * n + t, the queries head-major), all placed at position
+    // n - 1, so each sees all n keys; kv head h = (h * n + t) / n.
+    void attend_rec(gpu::Encoder& enc) {
+        const int64_t n = e.n_ctx, d = e.d, H = e.heads, hd = d / H;
+        for (int64_t hh = 0; hh < H; ++hh) copy_rec(enc, *qkv, hh * hd, 3 * d, *qh, hh * n * hd, hd, hd);
+        enc.barrier();
+        gk::attention_f32 a{};
+        a.n_tok = 1;
+        a.n_head = u32(H * n);
+        a.n_head_kv = u32(H);
+        a.head_dim = u32(hd);
+        a.pos0 = u32(n - 1);
+        a.window = 0;
+        a.q_off = 0;
+        a.q_stride = 0;
+        a.kv_stride = u32(3 * d);
+        a.k_off = u32(d);
+        a.v_off = u32(2 * d);
+        a.out_off = 0;
+        a.out_stride = 0;
+        a.scale = float(1.0 / std::sqrt(double(hd)));
+        enc.dispatch(gpu::require_stamp("attention_f32"), {qh.get(), qkv.get(), qkv.get(), ah.get(),
+                                                           pos_base.get()},
+                     a, u32(H * n), 1);
+        enc.barrier();
+        for (int64_t hh = 0; hh < H; ++hh) copy_rec(enc, *ah, hh * n * hd, hd, *attn, hh * hd, d, hd);
+    }
+
+    void record(gpu::Encoder& enc) {
+        const int64_t n = e.n_ctx, d = e.d, T = 2 * n;
+        conv_rec(enc, conv1, *win, T, *c1);
+        enc.barrier();
+        gelu_rec(enc, *c1, *c1, d, T, false, nullptr);
+        enc.barrier();
+        conv_rec(enc, conv2, *c1, T, *c2);
+        enc.barrier();
+        gelu_rec(enc, *c2, *x, d, n, true, pos.get());   // [d, n] -> [n, d] + positions
+        enc.barrier();
+        for (const DevLayer& l : layers) {
+            norm_rec(enc, l.attn_ln, *x, *h);
+            enc.barrier();
+            linear_rec(enc, l.qkv, *h, d, *qkv, 3 * d, false);
+            enc.barrier();
+            attend_rec(enc);
+            enc.barrier();
+            linear_rec(enc, l.out, *attn, d, *x, d, true);
+            enc.barrier();
+            norm_rec(enc, l.mlp_ln, *x, *h);
+            enc.barrier();
+            linear_rec(enc, l.fc1, *h, d, *ff, e.ff, false);
+            enc.barrier();
+            gelu_rec(enc, *ff, *ff, n, e.ff, false, nullptr);
+            enc.barrier();
+            linear_rec(enc, l.fc2, *ff, e.ff, *x, d, true);
+            enc.barrier();
+        }
+        norm_rec(enc, ln_post, *x, *x);
+    }
+};
+
+EncoderGpu::EncoderGpu(const WhisperWeights& w, const std::string& spec) {
+    on_ = gpu::seat_enabled_by_env("encoder");
+    auto dev = gpu::open_device(spec);   // throws DeviceError naming the devices there are
+    p_ = std::make_unique<Impl>();
+    p_->dev = dev;
+    p_->e = dims_of(w.cfg);
+    p_->coopmat = dev->info().coopmat_khr;
+    p_->weight_bytes = &weight_bytes_;
+    absent_why_ = gpu_encoder_unfit(p_->e, dev->info().max_storage_range);
+    if (absent_why_.empty()) absent_why_ = weights_unfit(w);
+    if (!absent_why_.empty()) {
+        absent_ = gpu::Decline::shape;
+        return;
+    }
+    try {
+        p_->upload(w);
+    } catch (const DeviceError& e) {
+        absent_ = gpu::Decline::memory;
+        absent_why_ = e.what();
+    } catch (const ShapeError& e) {
+        absent_ = gpu::Decline::shape;
+        absent_why_ = e.what();
+    }
+    if (!absent_why_.empty()) {   // let what was had go
+        auto keep = p_->dev;
+        p_ = std::make_unique<Impl>();
+        p_->dev = keep;
+        p_->e = dims_of(w.cfg);
+    }
+    resident_ = absent_why_.empty();
+}
+
+EncoderGpu::~EncoderGpu() = default;
+
+std::string EncoderGpu::device_name() const { return p_->dev->info().name; }
+
+void EncoderGpu::decline(gpu::Decline why, const std::string& reason) {
+    stats_.decline(why);
+    reason_ = reason;
+}
+
+bool EncoderGpu::admit() {
+    if (!on_) {
+        decline(gpu::Decline::knob, "the encoder seat is off");
+        return false;
+    }
+    if (!resident_) {
+        decline(absent_, absent_why_);
+        return false;
+    }
+    return true;
+}
+
+void EncoderGpu::run(const float* window, std::vector<float>& out) {
+    Impl& p = *p_;
+    gpu::Device& dev = *p.dev;
+    const int64_t n = p.e.n_ctx, d = p.e.d;
+    const size_t win_bytes = size_t(p.e.n_mels * 2 * n) * sizeof(float);
+    dev.upload(*p.win, 0, window, win_bytes);
+    const bool replay = p.recording != nullptr;
+    if (!replay) {
+        auto enc = dev.encoder();
+        p.record(*enc);
+        p.recording = std::move(enc);
+    }
+    try {
+        dev.submit(*p.recording);
+    } catch (...) {
+        p.recording.reset();   // record afresh after a failed submit
+        throw;
+    }
+    out.resize(size_t(n * d));
+    dev.download(*p.x, 0, out.data(), out.size() * sizeof(float));
+    ++stats_.served;
+    if (replay) ++stats_.replays;
+    stats_.dispatches += p.recording->dispatches();
+    ++stats_.uploads;
+    bytes_up_ += win_bytes;
+    bytes_down_ += out.size() * sizeof(float);
+    reason_.clear();
+}
+
+}  // namespace dasllama::whisper
