@@ -1,11 +1,13 @@
-"""Sliding-window layers in the batching engine's KV pool: each slot keeps a ring of
-window + chunk - 1 rows for a Gemma-3 local layer (chunk = min(prefill_chunk, 128), the most
-prompt rows a step takes from one such sequence) and n_ctx rows for a global one. The pool's
-bytes follow that formula (and not the full-context one); outputs at contexts several windows
-long equal LLM.generate's (whose own cache keeps every position), greedy and seeded; the
-negative control shows those contexts depend on the window (the same weights with no sliding
-layers give other text), so a ring that lost a needed row would be seen. Prefix reuse goes on
-from a cached prefix only where the ring still holds the window before it."""
+"""Sliding-window layers in the batching engine's KV pool. With sliding_rings=True each slot
+keeps a ring of window + chunk - 1 rows for a Gemma-3 local layer (chunk = min(prefill_chunk,
+128), the most prompt rows a step takes from one such sequence) and n_ctx rows for a global one;
+off (the default) every layer keeps n_ctx rows, a step takes a prompt whole and any cached
+prefix is reused. The pool's bytes follow the formula of each mode; outputs at contexts several
+windows long equal LLM.generate's (whose own cache keeps every position) in both modes, greedy
+and seeded; the negative control shows those contexts depend on the window (the same weights
+with no sliding layers give other text), so a ring that lost a needed row would be seen. With
+rings, prefix reuse goes on from a cached prefix only where the ring still holds the window
+before it; without, the prompt's early prefix is reused too."""
 
 from __future__ import annotations
 
@@ -52,7 +54,9 @@ def _pool_bytes(slots, rows_per_layer):
     (100, 512, None),                     # 143 >= 100: the layer keeps n_ctx
 ])
 def test_sliding_layers_keep_a_ring(llm, n_ctx, prefill_chunk, ring):
-    engine = BatchEngine(llm, slots=3, n_ctx=n_ctx, prefill_chunk=prefill_chunk)
+    engine = BatchEngine(llm, slots=3, n_ctx=n_ctx, prefill_chunk=prefill_chunk,
+                         sliding_rings=True)
+    assert engine.sliding_rings
     rows = [engine.kv_layer_rows(layer) for layer in range(SHAPE["n_layer"])]
     sliding_rows = n_ctx if ring is None else ring
     assert rows == [sliding_rows] * 5 + [n_ctx]
@@ -61,9 +65,37 @@ def test_sliding_layers_keep_a_ring(llm, n_ctx, prefill_chunk, ring):
         assert engine.kv_pool_bytes < _pool_bytes(3, [n_ctx] * SHAPE["n_layer"])
 
 
+def test_rings_are_off_by_default(llm):
+    engine = BatchEngine(llm, slots=3, n_ctx=200, prefill_chunk=CHUNK)
+    assert not engine.sliding_rings
+    assert [engine.kv_layer_rows(i) for i in range(SHAPE["n_layer"])] == [200] * 6
+    assert engine.kv_pool_bytes == _pool_bytes(3, [200] * 6)
+    with pytest.raises(ValueError, match="sliding_rings"):
+        BatchEngine(llm, slots=1, n_ctx=200, sliding_rings="yes")
+
+
+def _long_prompt(llm, n):
+    ids = []
+    while len(ids) < n:
+        ids += llm.tokenize(" ".join(PROMPTS))
+    return ids[:n]
+
+
+@pytest.mark.parametrize("rings, steps", [(False, 1), (True, 3)])
+def test_prefill_is_capped_only_with_rings(llm, rings, steps):
+    # A 300-token prompt with a 512-row chunk: one step without rings, 128 + 128 + 44 with.
+    prompt = _long_prompt(llm, 300)
+    engine = BatchEngine(llm, slots=1, n_ctx=400, prefill_chunk=512, sliding_rings=rings)
+    got, (u,) = _engine_texts(engine, [prompt], 1, SamplingParams(temperature=0.0))
+    assert engine.stats["steps"] == steps
+    assert u.prompt_tokens == 300
+    assert got == [llm.generate(prompt, max_tokens=1, temperature=0)]
+
+
 def test_a_model_without_sliding_layers_keeps_the_full_context(paths):
     with LLM(paths[1], n_ctx=512, threads=2) as full:
-        engine = BatchEngine(full, slots=2, n_ctx=200, prefill_chunk=CHUNK)
+        engine = BatchEngine(full, slots=2, n_ctx=200, prefill_chunk=CHUNK,
+                             sliding_rings=True)
         assert [engine.kv_layer_rows(i) for i in range(SHAPE["n_layer"])] == [200] * 6
         assert engine.kv_pool_bytes == _pool_bytes(2, [200] * 6)
 
@@ -84,17 +116,18 @@ def _engine_texts(engine, prompts, max_tokens, sampling):
     return ["".join(texts[i]) for i in ids], [usage[i] for i in ids]
 
 
+@pytest.mark.parametrize("rings", [True, False])
 @pytest.mark.parametrize("sampling", [
     dict(temperature=0.0),
     dict(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, seed=4321),
 ])
-def test_ring_outputs_equal_generate_past_the_window(llm, paths, sampling):
+def test_outputs_equal_generate_past_the_window(llm, paths, sampling, rings):
     kw = sampling
     ids = [llm.tokenize(p) for p in PROMPTS]
     assert min(len(i) for i in ids) > WINDOW + CHUNK   # prompts span several chunks and windows
     ref = [llm.generate(i, max_tokens=60, **kw) for i in ids]
-    engine = BatchEngine(llm, slots=3, n_ctx=200, prefill_chunk=CHUNK)
-    assert engine.kv_layer_rows(0) == WINDOW + CHUNK - 1
+    engine = BatchEngine(llm, slots=3, n_ctx=200, prefill_chunk=CHUNK, sliding_rings=rings)
+    assert engine.kv_layer_rows(0) == (WINDOW + CHUNK - 1 if rings else 200)
     got, usage = _engine_texts(engine, ids, 60, SamplingParams(**kw))
     assert all(u.completion_tokens > WINDOW for u in usage), usage  # decoding wrapped the ring
     assert got == ref
@@ -105,10 +138,12 @@ def test_ring_outputs_equal_generate_past_the_window(llm, paths, sampling):
         assert [full.generate(i, max_tokens=60, **kw) for i in ids] != ref
 
 
-def test_prefix_reuse_only_where_the_ring_holds_the_window(llm):
+@pytest.mark.parametrize("rings", [True, False])
+def test_prefix_reuse_where_the_rows_are_held(llm, rings):
     greedy = SamplingParams(temperature=0.0)
-    engine = BatchEngine(llm, slots=1, n_ctx=200, prefill_chunk=CHUNK)
-    ring = engine.kv_layer_rows(0)
+    engine = BatchEngine(llm, slots=1, n_ctx=200, prefill_chunk=CHUNK, sliding_rings=rings)
+    ring = WINDOW + CHUNK - 1
+    assert engine.kv_layer_rows(0) == (ring if rings else 200)
     first = llm.tokenize(PROMPTS[0])
     _, (u,) = _engine_texts(engine, [first], 30, greedy)
     # The slot holds the prompt and every sampled token but the last (never fed back).
@@ -137,9 +172,10 @@ def test_prefix_reuse_only_where_the_ring_holds_the_window(llm):
     assert u2.cached_tokens == near_end
     assert got == [llm.generate(resume, max_tokens=20, temperature=0)]
 
-    # Falling back to the prompt's first tokens: their window has left the ring, so nothing is
-    # reused (reusing it would attend to overwritten rows) and the text is still generate's.
+    # Falling back to the prompt's first tokens: with rings their window has left the ring, so
+    # nothing is reused (reusing it would attend to overwritten rows); without, every layer
+    # still holds them and the prefix is reused. Either way the text is generate's.
     early = history[:len(first) - 5] + llm.tokenize(" but")
     got, (u3,) = _engine_texts(engine, [early], 20, greedy)
-    assert u3.cached_tokens == 0
+    assert u3.cached_tokens == (0 if rings else len(first) - 5)
     assert got == [llm.generate(early, max_tokens=20, temperature=0)]

@@ -40,9 +40,10 @@ float top_logprobs_of(const float* logits, int64_t n, int k, std::vector<TokenLo
     return log_z;
 }
 
-// Rows a step appends to one slot at most: a model with sliding layers caps its prompt chunks so
-// that their rings stay small; any other takes what the step's budget allows.
-int64_t max_take_for(const ModelConfig& cfg, int64_t prefill_chunk) {
+// Rows a step appends to one slot at most: with rings, a model with sliding layers caps its
+// prompt chunks so that the rings stay small; otherwise a step takes what its budget allows.
+int64_t max_take_for(const ModelConfig& cfg, int64_t prefill_chunk, bool rings) {
+    if (!rings) return std::numeric_limits<int64_t>::max();
     bool sliding = false;
     for (const LayerConfig& l : cfg.layers) sliding = sliding || l.sliding;
     if (!sliding || cfg.sliding_window <= 0) return std::numeric_limits<int64_t>::max();
@@ -64,10 +65,12 @@ struct BatchEngine::Slot {
     int64_t started = 0, used = 0; // clock_ values
 };
 
-BatchEngine::BatchEngine(LLMModel& model, int n_slots, int64_t n_ctx, int64_t prefill_chunk)
+BatchEngine::BatchEngine(LLMModel& model, int n_slots, int64_t n_ctx, int64_t prefill_chunk,
+                         bool sliding_rings)
     : model_(model), n_vocab_(model.n_vocab()), prefill_chunk_(prefill_chunk),
-      max_take_(max_take_for(model.config(), prefill_chunk)),
-      pool_(model.config(), n_slots, n_ctx, model.kv_type(),
+      sliding_rings_(sliding_rings),
+      max_take_(max_take_for(model.config(), prefill_chunk, sliding_rings)),
+      pool_(model.config(), n_slots, n_ctx, model.kv_type(), sliding_rings,
             std::min<int64_t>(max_take_, std::max<int64_t>(n_ctx, 1))) {
     if (prefill_chunk < 1)
         throw std::invalid_argument("prefill_chunk must be >= 1, got " +
