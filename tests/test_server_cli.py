@@ -59,6 +59,8 @@ def test_arguments_become_the_server_config(tmp_path, monkeypatch):
     monkeypatch.delenv("DASLLAMA_API_KEY")
     config = config_from_args(_parse(["-m", str(path)]))
     assert config.api_key is None and config.cors_origins is None and config.keep_alive is None
+    assert config.sliding_rings is False
+    assert config_from_args(_parse(["-m", str(path), "--sliding-rings"])).sliding_rings is True
 
 
 @pytest.mark.parametrize("argv", [["--parallel", "0"], ["--ctx", "-1"], ["--port", "-5"],

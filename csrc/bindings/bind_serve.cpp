@@ -21,12 +21,16 @@ void bind_serve(py::module_& m) {
                             "Several sequences of one LLMModel decoded together: slots over one "
                             "KV pool, a sampler each, prompts prefilled in chunks. One caller at "
                             "a time; step releases the GIL.")
-        .def(py::init([](LLMModel& model, int n_slots, int64_t n_ctx, int64_t prefill_chunk) {
+        .def(py::init([](LLMModel& model, int n_slots, int64_t n_ctx, int64_t prefill_chunk,
+                         bool sliding_rings) {
                  py::gil_scoped_release nogil;
-                 return std::make_unique<BatchEngine>(model, n_slots, n_ctx, prefill_chunk);
+                 return std::make_unique<BatchEngine>(model, n_slots, n_ctx, prefill_chunk,
+                                                      sliding_rings);
              }),
              py::arg("model"), py::arg("n_slots"), py::arg("n_ctx"), py::arg("prefill_chunk"),
-             py::keep_alive<1, 2>(), "n_ctx: positions of each slot.")
+             py::arg("sliding_rings") = false, py::keep_alive<1, 2>(),
+             "n_ctx: positions of each slot. sliding_rings: sliding-window layers keep a ring "
+             "of window + min(prefill_chunk, 128) - 1 rows per slot instead of n_ctx.")
         .def("start", [](BatchEngine& e, const std::vector<int32_t>& prompt, const Sampler& sampler,
                          int top_logprobs, const std::vector<int32_t>& banned) {
                  const BatchEngine::Started s = e.start(prompt.data(), int64_t(prompt.size()),
@@ -73,6 +77,9 @@ void bind_serve(py::module_& m) {
                                "Bytes of the forward pass's row buffers the steps run on (the "
                                "model's own, shared).")
         .def_property_readonly("max_step_rows", &BatchEngine::max_step_rows)
+        .def_property_readonly("sliding_rings", &BatchEngine::sliding_rings)
+        .def("kv_layer_rows", &BatchEngine::kv_layer_rows, py::arg("layer"),
+             "Rows each slot keeps for the layer: n_ctx, or a sliding layer's ring.")
         .def_property_readonly("n_active", &BatchEngine::n_active)
         .def("active", &BatchEngine::active, py::arg("slot"))
         .def("n_past", &BatchEngine::n_past, py::arg("slot"))

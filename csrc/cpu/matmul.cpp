@@ -390,6 +390,15 @@ void get_row(const WeightMatrix& w, int64_t r, float* out) {
     if (r < 0 || r >= w.rows)
         throw ShapeError("get_row: row " + std::to_string(r) + " outside [0, " +
                          std::to_string(w.rows) + ")");
+    // From the packed copy when there is one (the same floats: unpack_row is dequantize's
+    // inverse of the packing): the file's pages were let go after packing, and reading rows
+    // from them would fault them back in, page by page, until a tied embedding (the logits'
+    // matrix, already packed) sat in memory twice.
+    if (w.packed_kind >= 0 && w.packed) {
+        mm::unpack_row(static_cast<mm::PackKind>(w.packed_kind), w.packed + r * w.packed_row_bytes,
+                       w.cols, out);
+        return;
+    }
     w.type->dequantize(w.data + r * w.row_bytes, out, w.cols);
 }
 

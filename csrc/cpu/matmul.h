@@ -85,7 +85,8 @@ void matmul_shared_input(const MatmulTarget* targets, int n_targets, const float
                          Precision precision = Precision::kFast);
 
 // Row r of W as float32 (embedding lookup), equal to core/formats.h's dequantize of that
-// row. Throws ShapeError for r outside [0, rows).
+// row; read from the packed copy when there is one, so lookups never touch the file's pages.
+// Throws ShapeError for r outside [0, rows).
 void get_row(const WeightMatrix& w, int64_t r, float* out);
 
 // --- variants, for tests and benchmarks ---------------------------------------------------------

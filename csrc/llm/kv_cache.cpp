@@ -61,40 +61,97 @@ void check_shape(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head
 
 }  // namespace
 
+// Rows each layer stores: n_ctx, or a ring of window + max_append - 1 rows when that is fewer.
+static std::vector<int64_t> layer_rows_for(int64_t n_layer, int64_t n_ctx,
+                                    const std::vector<int64_t>& windows, int64_t max_append) {
+    if (!windows.empty() && int64_t(windows.size()) != n_layer)
+        throw ShapeError("kv cache: " + std::to_string(windows.size()) + " layer windows for " +
+                         std::to_string(n_layer) + " layers");
+    if (!windows.empty() && max_append < 1)
+        throw ShapeError("kv cache: max_append must be >= 1, got " + std::to_string(max_append));
+    std::vector<int64_t> rows(size_t(n_layer), n_ctx);
+    for (size_t l = 0; l < windows.size(); ++l) {
+        if (windows[l] < 0)
+            throw ShapeError("kv cache: layer " + std::to_string(l) + " has window " +
+                             std::to_string(windows[l]));
+        if (windows[l] > 0 && windows[l] - 1 < n_ctx - max_append)
+            rows[l] = windows[l] + max_append - 1;
+    }
+    return rows;
+}
+
 int64_t KVCache::bytes_for(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
                            int64_t head_dim_v, KVType type) {
+    return bytes_for(n_layer, n_ctx, n_head_kv, head_dim_k, head_dim_v, type, {}, 0);
+}
+
+int64_t KVCache::bytes_for(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
+                           int64_t head_dim_v, KVType type, const std::vector<int64_t>& windows,
+                           int64_t max_append) {
     check_shape(n_layer, n_ctx, n_head_kv, head_dim_k, head_dim_v, type);
     const int64_t row = row_bytes_for(type, head_dim_k) + row_bytes_for(type, head_dim_v);
     const int64_t limit = std::numeric_limits<int64_t>::max();
     if (n_ctx > limit / n_head_kv / row || n_ctx * n_head_kv * row > limit / n_layer)
         throw ShapeError("kv cache: n_ctx=" + std::to_string(n_ctx) + " is too large");
-    return n_layer * n_ctx * n_head_kv * row;
+    int64_t total = 0;
+    for (int64_t r : layer_rows_for(n_layer, n_ctx, windows, max_append)) total += r * n_head_kv * row;
+    return total;
 }
 
 KVCache::KVCache(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
                  int64_t head_dim_v, KVType type)
-    : KVCache(n_layer, n_ctx, n_head_kv, head_dim_k, head_dim_v, type, nullptr) {}
+    : KVCache(n_layer, n_ctx, n_head_kv, head_dim_k, head_dim_v, type, nullptr, {}, 0) {}
 
 KVCache::KVCache(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
                  int64_t head_dim_v, KVType type, uint8_t* arena)
+    : KVCache(n_layer, n_ctx, n_head_kv, head_dim_k, head_dim_v, type, arena, {}, 0) {}
+
+KVCache::KVCache(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
+                 int64_t head_dim_v, KVType type, uint8_t* arena,
+                 const std::vector<int64_t>& windows, int64_t max_append)
     : n_ctx_(n_ctx), n_head_kv_(n_head_kv), head_dim_k_(head_dim_k), head_dim_v_(head_dim_v),
       type_(type) {
-    const int64_t total = bytes_for(n_layer, n_ctx, n_head_kv, head_dim_k, head_dim_v, type);
+    const int64_t total = bytes_for(n_layer, n_ctx, n_head_kv, head_dim_k, head_dim_v, type,
+                                    windows, max_append);
     k_row_bytes_ = row_bytes_for(type, head_dim_k);
     v_row_bytes_ = row_bytes_for(type, head_dim_v);
+    rows_ = layer_rows_for(n_layer, n_ctx, windows, max_append);
+    windows_.assign(size_t(n_layer), 0);
+    for (size_t l = 0; l < rows_.size(); ++l)
+        if (rows_[l] < n_ctx) windows_[l] = windows[l];
+    max_append_ = windows.empty() ? 0 : max_append;
     // Not zero-filled: positions past a layer's length are never read, so pages are only
     // touched as the context grows.
     if (!arena) {
         owned_.reset(new uint8_t[size_t(total)]);
         arena = owned_.get();
     }
-    const int64_t per_layer_k = n_head_kv * n_ctx * k_row_bytes_;
-    const int64_t per_layer_v = n_head_kv * n_ctx * v_row_bytes_;
     lengths_.assign(size_t(n_layer), 0);
+    uint8_t* at = arena;
     for (int64_t l = 0; l < n_layer; ++l) {
-        k_.push_back(arena + l * (per_layer_k + per_layer_v));
-        v_.push_back(k_.back() + per_layer_k);
+        k_.push_back(at);
+        v_.push_back(at + n_head_kv * rows_[size_t(l)] * k_row_bytes_);
+        at = v_.back() + n_head_kv * rows_[size_t(l)] * v_row_bytes_;
     }
+}
+
+int64_t KVCache::layer_rows(int layer) const {
+    check_layer(layer);
+    return rows_[size_t(layer)];
+}
+
+bool KVCache::layer_resumable(size_t l, int64_t n) const {
+    const int64_t len = lengths_[l];
+    if (n == 0 || n >= len || rows_[l] == n_ctx_) return true;
+    const int64_t oldest = std::max<int64_t>(0, len - rows_[l]);  // the oldest position held
+    return std::max<int64_t>(0, n - windows_[l] + 1) >= oldest;
+}
+
+bool KVCache::resumable(int64_t n) const {
+    if (n < 0) return false;
+    for (size_t l = 0; l < lengths_.size(); ++l)
+        if (!layer_resumable(l, n)) return false;
+    return true;
 }
 
 void KVCache::check_layer(int layer) const {
@@ -106,7 +163,8 @@ void KVCache::check_layer(int layer) const {
 uint8_t* KVCache::row_ptr(bool values, int layer, int64_t kv_head, int64_t pos) const {
     const int64_t rb = values ? v_row_bytes_ : k_row_bytes_;
     uint8_t* base = (values ? v_ : k_)[size_t(layer)];
-    return base + (kv_head * n_ctx_ + pos) * rb;
+    const int64_t rows = rows_[size_t(layer)];
+    return base + (kv_head * rows + pos % rows) * rb;
 }
 
 void KVCache::kv_cache_append_rows(int layer, int64_t pos, int64_t n_rows, const float* k_rows,
@@ -118,6 +176,14 @@ void KVCache::kv_cache_append_rows(int layer, int64_t pos, int64_t n_rows, const
                          std::to_string(have) + " positions of " + std::to_string(n_ctx_) +
                          "; cannot append " + std::to_string(n_rows) + " rows at position " +
                          std::to_string(pos));
+    if (rows_[size_t(layer)] < n_ctx_ &&
+        (n_rows > max_append_ || !layer_resumable(size_t(layer), pos)))
+        throw ShapeError("kv cache: layer " + std::to_string(layer) + " is a ring of " +
+                         std::to_string(rows_[size_t(layer)]) + " rows holding " +
+                         std::to_string(have) + " positions; cannot append " +
+                         std::to_string(n_rows) + " rows at position " + std::to_string(pos) +
+                         " (at most " + std::to_string(max_append_) + " a time, from a position "
+                         "whose window is still held)");
     for (int pass = 0; pass < 2; ++pass) {
         const bool values = pass == 1;
         const float* src = values ? v_rows : k_rows;
@@ -143,6 +209,9 @@ void KVCache::kv_cache_append_rows(int layer, int64_t pos, int64_t n_rows, const
 
 void KVCache::truncate(int64_t n) {
     if (n < 0) throw ShapeError("kv cache: cannot truncate to " + std::to_string(n) + " positions");
+    if (!resumable(n))
+        throw ShapeError("kv cache: cannot truncate to " + std::to_string(n) + " positions: a "
+                         "ring layer no longer holds the window before it");
     for (int64_t& len : lengths_) len = std::min(len, n);
 }
 
@@ -154,7 +223,9 @@ int64_t KVCache::layer_length(int layer) const {
 }
 
 int64_t KVCache::bytes() const {
-    return n_layer() * n_head_kv_ * n_ctx_ * (k_row_bytes_ + v_row_bytes_);
+    int64_t total = 0;
+    for (int64_t r : rows_) total += n_head_kv_ * r * (k_row_bytes_ + v_row_bytes_);
+    return total;
 }
 
 KVCache::LayerView KVCache::layer(int layer) const {
@@ -162,20 +233,36 @@ KVCache::LayerView KVCache::layer(int layer) const {
     return LayerView(*this, layer);
 }
 
+const float* KVCache::convert_rows(bool values, const uint8_t* src, int64_t n, float* out) const {
+    const int64_t dim = values ? head_dim_v_ : head_dim_k_;
+    switch (type_) {
+        case KVType::F32:
+            std::memcpy(out, src, size_t(n * dim) * 4);
+            break;
+        case KVType::F16:
+            cpu::f16_to_f32_row(reinterpret_cast<const uint16_t*>(src), out, n * dim);
+            break;
+        case KVType::Q8_0:
+            dequantize(*type_traits(uint32_t(GgmlType::Q8_0)), src, out, n * dim);
+            break;
+    }
+    return out;
+}
+
 const float* KVCache::read_rows(bool values, int layer, int64_t kv_head, int64_t pos0, int64_t n,
                                 float* scratch) const {
-    const int64_t dim = values ? head_dim_v_ : head_dim_k_;
+    const int64_t rows = rows_[size_t(layer)];
+    const int64_t first = rows - pos0 % rows;  // rows before the ring wraps
     const uint8_t* src = row_ptr(values, layer, kv_head, pos0);
-    switch (type_) {
-        case KVType::F32: return reinterpret_cast<const float*>(src);
-        case KVType::F16:
-            cpu::f16_to_f32_row(reinterpret_cast<const uint16_t*>(src), scratch, n * dim);
-            return scratch;
-        case KVType::Q8_0:
-            dequantize(*type_traits(uint32_t(GgmlType::Q8_0)), src, scratch, n * dim);
-            return scratch;
+    if (n > first) {  // a wrapped run: the tail of the ring, then its head
+        const int64_t dim = values ? head_dim_v_ : head_dim_k_;
+        convert_rows(values, src, first, scratch);
+        convert_rows(values, row_ptr(values, layer, kv_head, pos0 + first), n - first,
+                     scratch + first * dim);
+        return scratch;
     }
-    return scratch;
+    if (type_ == KVType::F32) return reinterpret_cast<const float*>(src);
+    return convert_rows(values, src, n, scratch);
 }
 
 const float* KVCache::LayerView::keys(int64_t kv_head, int64_t pos0, int64_t n,
@@ -195,6 +282,9 @@ void KVCache::read_layer_rows(int layer, int64_t pos0, int64_t n, float* k_rows,
         throw ShapeError("kv cache: layer " + std::to_string(layer) + " holds " +
                          std::to_string(layer_length(layer)) + " positions, cannot read " +
                          std::to_string(n) + " from " + std::to_string(pos0));
+    if (n > 0 && pos0 < layer_length(layer) - rows_[size_t(layer)])
+        throw ShapeError("kv cache: layer " + std::to_string(layer) + " is a ring that no longer "
+                         "holds position " + std::to_string(pos0));
     for (bool values : {false, true}) {
         const int64_t hd = values ? head_dim_v_ : head_dim_k_;
         float* out = values ? v_rows : k_rows;

@@ -6,9 +6,14 @@
 // handing work back. Rows enter in order: a layer's rows are contiguous from position 0, so
 // a layer never has holes, and n_past() is the length every layer has reached.
 //
-// Layout per layer: [n_head_kv][n_ctx][head_dim], so that attention reads one head's keys
-// over a run of positions as one contiguous block. Not thread-safe for writers; readers
-// (attention threads) may read concurrently while nobody appends.
+// Layout per layer: [n_head_kv][rows][head_dim], so that attention reads one head's keys
+// over a run of positions as one contiguous block. rows is n_ctx, except on a ring layer: a
+// layer that attends to the last `window` positions only (gemma3's local layers) may keep a
+// ring of window + max_append - 1 rows, position p in row p % rows; that is enough for a query
+// at any position of an append of at most max_append rows, and for falling back (truncate) to
+// any position whose window is still held. A wrapped run of rows is read through the scratch.
+// Not thread-safe for writers; readers (attention threads) may read concurrently while nobody
+// appends.
 #pragma once
 
 #include <cstdint>
@@ -36,9 +41,18 @@ public:
     // (a region of a pool shared by several sequences: serve/kv_pool.h).
     KVCache(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
             int64_t head_dim_v, KVType type, uint8_t* arena);
+    // The same over `arena`, with ring layers: windows[l] > 0 makes layer l a ring of
+    // min(n_ctx, windows[l] + max_append - 1) rows (windows has n_layer entries; 0: all
+    // positions); an append then takes at most max_append rows (>= 1).
+    KVCache(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim_k,
+            int64_t head_dim_v, KVType type, uint8_t* arena, const std::vector<int64_t>& windows,
+            int64_t max_append);
     // Bytes a cache of this shape holds; throws ShapeError as the constructor does.
     static int64_t bytes_for(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv,
                              int64_t head_dim_k, int64_t head_dim_v, KVType type);
+    static int64_t bytes_for(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv,
+                             int64_t head_dim_k, int64_t head_dim_v, KVType type,
+                             const std::vector<int64_t>& windows, int64_t max_append);
 
     // Stores n_rows positions pos..pos+n_rows-1 of `layer`. k_rows is n_rows x
     // (n_head_kv * head_dim_k) float32, v_rows n_rows x (n_head_kv * head_dim_v). pos must
@@ -47,12 +61,19 @@ public:
     void kv_cache_append_rows(int layer, int64_t pos, int64_t n_rows, const float* k_rows,
                               const float* v_rows);
 
-    // Forgets positions >= n (n >= n_past() changes nothing).
+    // Forgets positions >= n (n >= n_past() changes nothing). Throws ShapeError when a ring
+    // layer no longer holds the window a query at n needs (resumable(n) is false).
     void truncate(int64_t n);
+    // Whether every layer can go on from position n: n is at most its length and, on a ring
+    // layer, the positions a query at n attends to (n - window < k < n) are still held.
+    // Position 0 always can.
+    bool resumable(int64_t n) const;
 
     int64_t n_past() const;                 // positions every layer holds
     int64_t layer_length(int layer) const;  // positions this layer holds
     int64_t n_ctx() const { return n_ctx_; }
+    int64_t layer_rows(int layer) const;    // rows this layer stores (n_ctx unless a ring)
+    int64_t max_append() const { return max_append_; }
     int64_t n_layer() const { return int64_t(lengths_.size()); }
     int64_t n_head_kv() const { return n_head_kv_; }
     int64_t head_dim_k() const { return head_dim_k_; }
@@ -73,8 +94,9 @@ public:
     };
     LayerView layer(int layer) const;
 
-    // Rows pos0..pos0+n-1 of one head as float32: a pointer into the cache for f32, else the
-    // rows converted into `scratch` (n x head_dim floats). No checks (the caller's are done).
+    // Rows pos0..pos0+n-1 of one head as float32: a pointer into the cache for f32 (unless the
+    // run wraps around a ring), else the rows converted into `scratch` (n x head_dim floats).
+    // No checks (the caller's are done).
     const float* read_rows(bool values, int layer, int64_t kv_head, int64_t pos0, int64_t n,
                            float* scratch) const;
 
@@ -86,6 +108,8 @@ public:
 private:
     void check_layer(int layer) const;
     uint8_t* row_ptr(bool values, int layer, int64_t kv_head, int64_t pos) const;
+    const float* convert_rows(bool values, const uint8_t* src, int64_t n, float* out) const;
+    bool layer_resumable(size_t layer, int64_t n) const;
 
     int64_t n_ctx_, n_head_kv_, head_dim_k_, head_dim_v_;
     KVType type_;
@@ -93,6 +117,8 @@ private:
     std::unique_ptr<uint8_t[]> owned_;         // the storage, unless the caller gave an arena
     std::vector<uint8_t*> k_, v_;              // per layer, into owned_ or the arena
     std::vector<int64_t> lengths_;             // per layer
+    std::vector<int64_t> rows_, windows_;      // per layer: rows stored; window (0: none)
+    int64_t max_append_ = 0;                   // rows one append may take (0: no limit)
 };
 
 }  // namespace dasllama

@@ -24,9 +24,9 @@ void merge_word(const Vocab& v, std::string_view word, std::string& key,
         key.assign(word.substr(l.start, l.len));
         key.push_back(' ');
         key.append(word.substr(r.start, r.len));
-        auto it = v.merge_rank.find(key);
-        if (it == v.merge_rank.end()) return std::nullopt;
-        return -int64_t(it->second);
+        const int32_t rank = v.merge_rank_of(key);
+        if (rank < 0) return std::nullopt;
+        return -int64_t(rank);
     };
     greedy_merge<int64_t>(word, pair_priority, [&](std::string_view piece) {
         const int32_t id = v.find(piece);

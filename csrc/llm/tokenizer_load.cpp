@@ -133,13 +133,10 @@ void load_tokens(const GGUFFile& f, Vocab& v) {
         else v.arena += texts[i];
         v.offsets.push_back(static_cast<uint32_t>(v.arena.size()));
     }
-    v.token_of.reserve(n);
-    for (int32_t i = 0; i < n; ++i) {
-        auto [it, fresh] = v.token_of.emplace(v.text(i), i);
-        if (!fresh)
-            fail(f, key, "duplicate token '" + std::string(v.text(i)) + "' at ids " +
-                             std::to_string(it->second) + " and " + std::to_string(i));
-    }
+    v.token_of.build(n, [&v](int32_t id) { return v.text(id); }, [&](int32_t first, int32_t id) {
+        fail(f, key, "duplicate token '" + std::string(v.text(id)) + "' at ids " +
+                         std::to_string(first) + " and " + std::to_string(id));
+    });
 
     v.scores.assign(n, 0.0f);
     const std::string skey = "tokenizer.ggml.scores";
@@ -172,20 +169,21 @@ void load_merges(const GGUFFile& f, Vocab& v) {
     const std::vector<std::string_view> lines = f.array_strings(*mv);
     size_t total = 0;
     for (std::string_view s : lines) total += s.size();
-    v.merge_arena.reserve(total);  // no reallocation: the map keeps views into it
-    v.merge_rank.reserve(lines.size());
+    v.merge_arena.reserve(total);
+    v.merge_offsets.reserve(lines.size() + 1);
+    v.merge_offsets.push_back(0);
     for (size_t i = 0; i < lines.size(); ++i) {
         const std::string_view s = lines[i];
         const size_t sp = s.size() > 1 ? s.find(' ', 1) : std::string_view::npos;
         if (sp == std::string_view::npos || sp + 1 >= s.size())
             fail(f, key + "[" + std::to_string(i) + "]",
                  "'" + std::string(s) + "' is not two tokens separated by a space");
-        const size_t at = v.merge_arena.size();
         v.merge_arena += s;
-        // The first of duplicate merges keeps its rank, as in llama.cpp.
-        v.merge_rank.emplace(std::string_view(v.merge_arena).substr(at, s.size()),
-                             static_cast<int32_t>(i));
+        v.merge_offsets.push_back(static_cast<uint32_t>(v.merge_arena.size()));
     }
+    // The first of duplicate merges keeps its rank, as in llama.cpp.
+    v.merge_rank.build(static_cast<int32_t>(lines.size()),
+                       [&v](int32_t r) { return v.merge(r); }, [](int32_t, int32_t) {});
 }
 
 void choose_pre(const GGUFFile& f, Vocab& v) {

@@ -40,6 +40,16 @@ float top_logprobs_of(const float* logits, int64_t n, int k, std::vector<TokenLo
     return log_z;
 }
 
+// Rows a step appends to one slot at most: with rings, a model with sliding layers caps its
+// prompt chunks so that the rings stay small; otherwise a step takes what its budget allows.
+int64_t max_take_for(const ModelConfig& cfg, int64_t prefill_chunk, bool rings) {
+    if (!rings) return std::numeric_limits<int64_t>::max();
+    bool sliding = false;
+    for (const LayerConfig& l : cfg.layers) sliding = sliding || l.sliding;
+    if (!sliding || cfg.sliding_window <= 0) return std::numeric_limits<int64_t>::max();
+    return std::max<int64_t>(1, std::min(prefill_chunk, kRingAppendRows));
+}
+
 }  // namespace
 
 struct BatchEngine::Slot {
@@ -55,9 +65,13 @@ struct BatchEngine::Slot {
     int64_t started = 0, used = 0; // clock_ values
 };
 
-BatchEngine::BatchEngine(LLMModel& model, int n_slots, int64_t n_ctx, int64_t prefill_chunk)
+BatchEngine::BatchEngine(LLMModel& model, int n_slots, int64_t n_ctx, int64_t prefill_chunk,
+                         bool sliding_rings)
     : model_(model), n_vocab_(model.n_vocab()), prefill_chunk_(prefill_chunk),
-      pool_(model.config(), n_slots, n_ctx, model.kv_type()) {
+      sliding_rings_(sliding_rings),
+      max_take_(max_take_for(model.config(), prefill_chunk, sliding_rings)),
+      pool_(model.config(), n_slots, n_ctx, model.kv_type(), sliding_rings,
+            std::min<int64_t>(max_take_, std::max<int64_t>(n_ctx, 1))) {
     if (prefill_chunk < 1)
         throw std::invalid_argument("prefill_chunk must be >= 1, got " +
                                     std::to_string(prefill_chunk));
@@ -81,6 +95,13 @@ std::map<std::string, gpu::SeatStats> BatchEngine::seat_stats() const {
 }
 
 BatchEngine::~BatchEngine() = default;
+
+int64_t BatchEngine::kv_layer_rows(int layer) const {
+    if (layer < 0 || layer >= int(model_.config().n_layer))
+        throw std::invalid_argument("kv_layer_rows: layer " + std::to_string(layer) +
+                                    " is outside [0, " + std::to_string(model_.config().n_layer) + ")");
+    return pool_.layer_rows(layer);
+}
 
 int64_t BatchEngine::scratch_bytes() const {
     int64_t n = int64_t(logits_.capacity() * sizeof(float) + ids_.capacity() * sizeof(int32_t));
@@ -150,6 +171,8 @@ BatchEngine::Started BatchEngine::start(const int32_t* prompt, int64_t n,
         const size_t limit = std::min(s.tokens.size(), size_t(n - 1));
         size_t k = 0;
         while (k < limit && s.tokens[k] == prompt[k]) ++k;
+        // A ring layer that no longer holds the window before k cannot go on from there.
+        if (!pool_.slot(i).resumable(int64_t(k))) k = 0;
         if (best < 0 || k > best_prefix || (k == best_prefix && s.used < slots_[size_t(best)].used)) {
             best = i;
             best_prefix = k;
@@ -233,7 +256,7 @@ std::vector<Sampled> BatchEngine::step() {
     for (int i : reading) {
         if (budget <= 0) break;
         Slot& s = slots_[size_t(i)];
-        const int64_t left = pending(i), take = std::min(left, budget);
+        const int64_t left = pending(i), take = std::min({left, budget, max_take_});
         ids_.insert(ids_.end(), s.prompt.begin() + int64_t(s.prompt_done),
                     s.prompt.begin() + int64_t(s.prompt_done) + take);
         seqs.push_back({&pool_.slot(i), take, take == left});

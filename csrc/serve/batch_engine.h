@@ -44,6 +44,11 @@ class LLMModel;
 
 namespace dasllama::serve {
 
+// The most prompt rows one step takes from one sequence when the engine keeps rings for
+// sliding-window layers: each slot's ring for such a layer holds window + this - 1 rows
+// (serve/kv_pool.h), and the products of a 128-row chunk already run near the full-batch rate.
+constexpr int64_t kRingAppendRows = 128;
+
 // The most alternatives a sampled token reports (OpenAI's top_logprobs limit).
 constexpr int kMaxTopLogprobs = 20;
 
@@ -75,9 +80,14 @@ struct EngineStats {
 class BatchEngine {
 public:
     // n_ctx: positions each slot holds. prefill_chunk: prompt tokens a step takes while other
-    // sequences decode (>= 1). Throws ShapeError / std::invalid_argument naming a bad value,
-    // Error when the model is closed.
-    BatchEngine(LLMModel& model, int n_slots, int64_t n_ctx, int64_t prefill_chunk);
+    // sequences decode (>= 1). sliding_rings: a sliding-window layer keeps a ring of
+    // window + min(prefill_chunk, kRingAppendRows) - 1 rows per slot instead of n_ctx (less
+    // pool, but a step takes at most kRingAppendRows prompt rows from one sequence, and a
+    // cached prefix is reused only while the ring still holds the window before its end);
+    // off, every layer keeps n_ctx rows. Throws ShapeError / std::invalid_argument naming a
+    // bad value, Error when the model is closed.
+    BatchEngine(LLMModel& model, int n_slots, int64_t n_ctx, int64_t prefill_chunk,
+                bool sliding_rings = false);
     ~BatchEngine();
     BatchEngine(const BatchEngine&) = delete;
     BatchEngine& operator=(const BatchEngine&) = delete;
@@ -113,6 +123,9 @@ public:
     int n_slots() const { return pool_.n_slots(); }
     int64_t n_ctx() const { return pool_.n_ctx(); }
     int64_t kv_pool_bytes() const { return pool_.bytes(); }
+    // Rows each slot keeps for `layer`: n_ctx, or with sliding_rings a sliding layer's ring
+    // (window + min(prefill_chunk, kRingAppendRows) - 1 when that is fewer).
+    int64_t kv_layer_rows(int layer) const;
     // Bytes the engine holds beyond the weights and the pool: the logits of a step (one row of
     // n_vocab per sampling sequence), the sampler scratch (one per pool thread), each slot's
     // token history and mask. Grows to its high-water mark and stays there.
@@ -122,6 +135,7 @@ public:
     int64_t forward_scratch_bytes() const { return forward_scratch_bytes_; }
     // Rows one step may hold (the forward pass's max_batch).
     int64_t max_step_rows() const { return max_step_rows_; }
+    bool sliding_rings() const { return sliding_rings_; }
     int n_active() const;
     bool active(int slot) const;
     // Positions of the slot's cache in use (prompt evaluated so far plus tokens fed back).
@@ -140,6 +154,8 @@ private:
     LLMModel& model_;
     int64_t n_vocab_;
     int64_t prefill_chunk_;
+    bool sliding_rings_;
+    int64_t max_take_;  // prompt rows a step takes from one sequence (the pool's max_append)
     KVPool pool_;
     int64_t max_step_rows_ = 0, forward_scratch_bytes_ = 0;
     std::unique_ptr<Forward> own_forward_;  // only when the model's holds fewer rows than slots

@@ -20,6 +20,16 @@ context is per slot and never split: ``kv_pool_bytes`` = slots x one slot's byte
 slot keeps its cached tokens; a new request takes the free slot sharing the longest prefix with
 its prompt and evaluates only the rest (``Usage.cached_tokens``).
 
+``sliding_rings=True`` (off by default) makes a sliding-window layer (Gemma-3's local layers)
+keep a ring of ``window + chunk - 1`` rows per slot instead of ``n_ctx`` when that is fewer,
+where chunk = min(prefill_chunk, 128) is then the most prompt tokens a step takes from one
+sequence of such a model (``kv_layer_rows``). It shrinks ``kv_pool_bytes``, but the pool's pages
+are only touched as sequences grow, so resident memory drops only for sequences longer than the
+ring; the price is prompt chunks capped at 128 rows and prefix reuse limited to prefixes whose
+window the ring still holds (a prompt's early prefix is lost once a sequence outgrows the ring).
+Off, every layer keeps ``n_ctx`` rows: any cached prefix is reused and a step takes a prompt
+whole (up to the step's rows).
+
 Memory beyond the weights and the pool (``stats``): the steps run on the model's own forward
 buffers (``forward_scratch_bytes``, shared, not a second set), and the engine holds the step's
 logits, one sampler scratch per pool thread and the slots' token histories (``scratch_bytes``).
@@ -173,16 +183,21 @@ class BatchEngine:
     """Continuous batching over one LLM (see the module docstring). slots: sequences decoded
     together; n_ctx: positions of each slot (default llm.n_ctx); prefill_chunk: prompt tokens
     a step takes while others decode; max_queue: requests that may wait for a slot (None: no
-    limit)."""
+    limit); sliding_rings: sliding-window layers keep rings instead of n_ctx rows (see the
+    module docstring)."""
 
     def __init__(self, llm, slots: int = 4, n_ctx: Optional[int] = None,
-                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, max_queue: Optional[int] = None):
+                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, max_queue: Optional[int] = None,
+                 sliding_rings: bool = False):
         self.llm = llm
         slots = _check_int("slots", slots, 1)
         n_ctx = llm.n_ctx if n_ctx is None else _check_int("n_ctx", n_ctx, 1)
         self.max_queue = _check_int("max_queue", max_queue, 0, allow_none=True)
+        if not isinstance(sliding_rings, bool):
+            raise ValueError(f"sliding_rings must be True or False, got {sliding_rings!r}")
         self._core = _core.BatchEngine(llm.model, slots, n_ctx,
-                                       _check_int("prefill_chunk", prefill_chunk, 1))
+                                       _check_int("prefill_chunk", prefill_chunk, 1),
+                                       sliding_rings)
         self._tok = llm.tokenizer
         self._queue: Deque[Request] = collections.deque()
         self._active: Dict[int, _Active] = {}          # by slot
@@ -203,6 +218,15 @@ class BatchEngine:
     @property
     def kv_pool_bytes(self) -> int:
         return self._core.kv_pool_bytes
+
+    @property
+    def sliding_rings(self) -> bool:
+        return self._core.sliding_rings
+
+    def kv_layer_rows(self, layer: int) -> int:
+        """Rows each slot keeps for the layer: n_ctx, or (sliding_rings) a sliding layer's
+        ring."""
+        return self._core.kv_layer_rows(_check_int("layer", layer, 0))
 
     @property
     def waiting(self) -> int:

@@ -634,6 +634,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--llama-server-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for llama-server (repeat; kept in the record), "
                         "e.g. --llama-server-arg=--no-repack")
+    p.add_argument("--dasllama-arg", action="append", default=[], metavar="ARG",
+                   help="one more argument for dasllama serve (repeat; kept in the record), "
+                        "e.g. --dasllama-arg=--sliding-rings")
     p.add_argument("--threads", "-t", type=int, default=None,
                    help="threads for both servers (default: physical cores)")
     p.add_argument("--concurrency", "-c", default=",".join(map(str, DEFAULT_CONCURRENCY)),
@@ -729,7 +732,7 @@ def run_serve(args) -> int:
     threads = args.threads or probe.machine()["physical_cores"] or os.cpu_count() or 1
     engines = []
     if args.engine in ("both", "dasllama"):
-        engines.append(dasllama_engine())
+        engines.append(dasllama_engine(extra=getattr(args, "dasllama_arg", None) or ()))
     if args.engine in ("both", "llama.cpp"):
         if not args.llama_server:
             raise PeerError("the llama.cpp server needs --llama-server PATH (or use --engine "

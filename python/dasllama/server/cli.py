@@ -190,6 +190,11 @@ def add_serve_parser(sub) -> argparse.ArgumentParser:
                    help="cpu, vulkan, vulkan:N or metal (default $DASLLAMA_DEVICE, else cpu)")
     p.add_argument("--kv-type", default="f16", choices=["f16", "f32", "q8_0"],
                    help="KV cache element type (default f16)")
+    p.add_argument("--sliding-rings", action="store_true",
+                   help="sliding-window layers (Gemma-3's local layers) keep a ring of "
+                        "window + 127 rows per slot instead of --ctx: a smaller KV pool, but "
+                        "prompt chunks of at most 128 tokens and no reuse of a cached prefix "
+                        "whose window has left the ring (default off)")
     p.add_argument("--timeout", type=_positive(float), default=DEFAULT_TIMEOUT_S,
                    metavar="SECONDS", help=f"cancel a generation request after this long "
                                            f"(default {DEFAULT_TIMEOUT_S:g})")
@@ -225,7 +230,9 @@ def config_from_args(args) -> ServerConfig:
     llms = model_specs(args.model) if args.model or not (tts or asr) else []
     return ServerConfig(models=llms + tts + asr, host=args.host, port=args.port,
                         parallel=args.parallel, n_ctx=args.ctx, threads=args.threads,
-                        device=args.device, kv_type=args.kv_type, api_key=args.api_key or None,
+                        device=args.device, kv_type=args.kv_type,
+                        sliding_rings=bool(getattr(args, "sliding_rings", False)),
+                        api_key=args.api_key or None,
                         cors_origins=cors or None, max_queue=args.max_queue,
                         keep_alive=args.keep_alive, max_body_bytes=args.max_body,
                         max_upload_bytes=getattr(args, "max_upload", DEFAULT_MAX_UPLOAD_BYTES),

@@ -53,7 +53,9 @@ class ServerConfig:
     """Everything `dasllama serve` can set. max_body_bytes: the largest request body;
     max_upload_bytes: the largest body of the upload routes (transcriptions, translations),
     which take audio files. keep_alive: seconds a model may sit idle before it
-    is unloaded (None: never). cors_origins: None keeps CORS off; ["*"] allows any origin."""
+    is unloaded (None: never). cors_origins: None keeps CORS off; ["*"] allows any origin.
+    sliding_rings: language models' sliding-window layers keep rings in the KV pool
+    (dasllama.batch.BatchEngine; off by default)."""
     models: List[ModelSpec] = field(default_factory=list)
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -62,6 +64,7 @@ class ServerConfig:
     threads: Optional[int] = None
     device: Optional[str] = None
     kv_type: str = "f16"
+    sliding_rings: bool = False
     api_key: Optional[str] = None
     cors_origins: Optional[Sequence[str]] = None
     max_queue: int = DEFAULT_MAX_QUEUE
@@ -79,6 +82,8 @@ class ServerConfig:
                                  ("port", self.port, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not isinstance(self.sliding_rings, bool):
+            raise ValueError(f"sliding_rings must be True or False, got {self.sliding_rings!r}")
         if self.request_timeout is None or not self.request_timeout > 0:
             raise ValueError(f"request_timeout must be > 0 seconds, got {self.request_timeout!r}")
         if self.keep_alive is not None and self.keep_alive < 0:

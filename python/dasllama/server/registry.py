@@ -80,7 +80,8 @@ class LoadedLLM:
         llm = LLM(spec.source, device=config.device, n_ctx=n_ctx, threads=config.threads,
                   kv_type=config.kv_type)
         try:
-            engine = BatchEngine(llm, slots=slots, n_ctx=n_ctx, max_queue=config.max_queue)
+            engine = BatchEngine(llm, slots=slots, n_ctx=n_ctx, max_queue=config.max_queue,
+                                 sliding_rings=config.sliding_rings)
             loaded = cls(llm, engine, EngineThread(engine))
             engine.eog_ids()    # now, on the loading thread, not in a request (ignore_eos)
             loaded.thread.start()
