@@ -22,7 +22,8 @@ void residual_mlp(const Norm& ln, const nn::Linear& fc1, const nn::Linear& fc2, 
 namespace {
 
 bool blocked(const nn::Linear& l, cpu::Precision precision) {
-    return precision == cpu::Precision::kF32 && !l.bf16 && l.w.type &&
+    // An int8-lane matrix (l.s8) keeps its float view for the GPU seat; nn::linear multiplies it.
+    return precision == cpu::Precision::kF32 && !l.s8 && !l.bf16 && l.w.type &&
            l.w.type->type == GgmlType::F32 &&
            reinterpret_cast<uintptr_t>(l.w.data) % alignof(float) == 0 &&
            cpu::matmul_f32_blocked_fast();
