@@ -14,7 +14,6 @@
 #include <cstring>
 
 #include "cpu/amx_x86.h"
-#include "cpu/simd_x86.h"
 #include "nn/attention_self.h"
 
 // GCC 12 reports the _mm512_undefined_* placeholders inside its own AVX-512 intrinsics as
@@ -31,6 +30,26 @@ using cpu::amx_x86::load_config;
 using cpu::amx_x86::to_bf16;
 using cpu::amx_x86::to_bf16x16;
 
+// exp(x) for x in [-87.3, 88.3] (clamped there): simd_x86.h's exp_avx2 on 16 lanes (x = n ln2
+// + r, Cephes' degree-6 polynomial for exp(r), 2^n in the exponent bits; about 1 ulp).
+inline __m512 exp512(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i e =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
 // p[0..n_kt) = bf16(softmax(s[0..n))), zero past n. s (n_kt floats) is overwritten with the
 // exponentials. The sum runs in float32 over 16 lanes: the probabilities are rounded to
 // bfloat16 (8 bits) afterwards anyway.
@@ -43,13 +62,13 @@ void softmax_to_bf16(float* s, int64_t n, int64_t n_kt, uint16_t* p) {
     const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
     __m512 sum = _mm512_setzero_ps();
     for (j = 0; j + 16 <= n; j += 16) {
-        const __m512 e = cpu::simd_x86::exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), m));
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + j), m));
         _mm512_storeu_ps(s + j, e);
         sum = _mm512_add_ps(sum, e);
     }
     if (tail) {
         const __m512 x = _mm512_maskz_loadu_ps(tail, s + j);
-        const __m512 e = _mm512_maskz_mov_ps(tail, cpu::simd_x86::exp_avx512(_mm512_sub_ps(x, m)));
+        const __m512 e = _mm512_maskz_mov_ps(tail, exp512(_mm512_sub_ps(x, m)));
         _mm512_mask_storeu_ps(s + j, tail, e);
         sum = _mm512_add_ps(sum, e);
     }
