@@ -8,6 +8,12 @@ Reads shaders/stamps.txt and writes, under --out:
 
     python shaders/stamp.py --out DIR [--glslc PATH | --glslang PATH] [--cpp "c++ -E"]
                             [--coopmat-glslang PATH] [--only NAME,NAME...]
+                            [--cache DIR] [--jobs N]
+
+Stamps compile in parallel (--jobs, default one per CPU). With --cache, each SPIR-V is kept
+under the hash of what produced it (the compiler's files, its flags and the preprocessed
+source), so a build re-stamps only the kernels whose text changed, and two build trees of one
+checkout share their work.
 
 Stamps defining GK_COOPMAT use cooperative matrices (GL_KHR_cooperative_matrix), which older
 shader compilers reject: they are compiled by the glslangValidator given as --coopmat-glslang
@@ -17,10 +23,12 @@ shader compilers reject: they are compiled by the glslangValidator given as --co
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shlex
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,21 +120,59 @@ def _tool_env(tool: str) -> dict | None:
     return env
 
 
-def compile_vulkan(stamp: Stamp, out: Path, glslc: str | None, glslang: str | None) -> Path:
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+_TOOL_IDS: dict = {}
+
+
+def _tool_id(tool: str) -> str:
+    """A hash of the compiler's executable and its shared glslang libraries: the SPIR-V cache's
+    keys change when the compiler does, wherever it is installed."""
+    if tool not in _TOOL_IDS:
+        exe = Path(tool).resolve()
+        h = hashlib.sha256()
+        for f in [exe] + sorted((exe.parent.parent / "lib").glob("lib*glslang*")):
+            h.update(f.read_bytes())
+        _TOOL_IDS[tool] = h.hexdigest()
+    return _TOOL_IDS[tool]
+
+
+def compile_vulkan(stamp: Stamp, out: Path, glslc: str | None, glslang: str | None,
+                   cache: Path | None = None) -> Path:
     src = out / "vulkan" / f"{stamp.name}.comp"
     spv = out / "vulkan" / f"{stamp.name}.spv"
-    src.write_text(glsl_wrapper(stamp))
+    _write_if_changed(src, glsl_wrapper(stamp))
+    tool = glslc or glslang
     if glslc:
-        cmd = [glslc, "-fshader-stage=compute", f"--target-env={VULKAN_TARGET}", "-O",
-               "-I", str(HERE), "-o", str(spv), str(src)]
+        flags = ["-fshader-stage=compute", f"--target-env={VULKAN_TARGET}", "-O", "-I", str(HERE)]
+        cmd, preprocess = [glslc, *flags, "-o", str(spv), str(src)], [glslc, *flags, "-E", str(src)]
     else:
-        cmd = [glslang, "-V", "--target-env", VULKAN_TARGET, "-S", "comp",
-               "-I" + str(HERE), "-o", str(spv), str(src)]
+        flags = ["-V", "--target-env", VULKAN_TARGET, "-S", "comp", "-I" + str(HERE)]
+        cmd, preprocess = [glslang, *flags, "-o", str(spv), str(src)], [glslang, *flags, "-E", str(src)]
     env = _tool_env(glslang) if stamp.coopmat else None
+    cached = None
+    if cache is not None:
+        pre = subprocess.run(preprocess, capture_output=True, env=env)
+        if pre.returncode == 0:   # else the compile below reports the error
+            # #line directives name the wrapper's path, which differs between build trees
+            text = b"\n".join(l for l in pre.stdout.splitlines() if not l.startswith(b"#line"))
+            key = hashlib.sha256("\0".join([_tool_id(tool), *flags]).encode() + b"\0"
+                                 + text).hexdigest()
+            cached = cache / f"{key}.spv"
+            if cached.is_file():
+                spv.write_bytes(cached.read_bytes())
+                return spv
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise StampError(f"stamp {stamp.name} (stamps.txt line {stamp.line}) failed to compile:\n"
                          f"{r.stdout}{r.stderr}")
+    if cached is not None:
+        partial = cached.with_name(f"{cached.name}.{os.getpid()}.{stamp.name}")
+        partial.write_bytes(spv.read_bytes())
+        os.replace(partial, cached)   # atomic: a concurrent build never reads half a file
     return spv
 
 
@@ -140,7 +186,7 @@ def flatten_metal(stamp: Stamp, out: Path, cpp: list) -> str:
     body = "\n".join(line for line in r.stdout.splitlines() if line.strip())
     text = ("// Generated from shaders/kernels/%s.gk.h by shaders/stamp.py.\n"
             "#include <metal_stdlib>\nusing namespace metal;\n%s\n" % (stamp.template, body))
-    (out / "metal" / f"{stamp.name}.metal").write_text(text)
+    _write_if_changed(out / "metal" / f"{stamp.name}.metal", text)
     return text
 
 
@@ -224,11 +270,6 @@ def write_table(stamps: list, out: Path, spirv: dict, msl: dict, missing_reason:
     (out / "gk_stamps.cpp").write_text("\n".join(lines))
 
 
-def _write_if_changed(path: Path, text: str) -> None:
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -241,6 +282,10 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="stamp only these names (comma-separated)")
     ap.add_argument("--cpp", default="c++ -E", help="the C preprocessor for the Metal stamps")
     ap.add_argument("--no-metal", action="store_true")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="keep each SPIR-V here under the hash of its inputs, and reuse it")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="stamps compiled at once (default: one per CPU)")
     ap.add_argument("--missing-reason", default="this build found no shader compiler "
                     "(glslc or glslangValidator): Vulkan is off")
     args = ap.parse_args(argv)
@@ -264,15 +309,29 @@ def main(argv=None) -> int:
             print(f"stamp.py: {left_out} cooperative-matrix stamps left out: no "
                   f"--coopmat-glslang (a glslangValidator 13+ that accepts "
                   f"GL_KHR_cooperative_matrix) was given")
-        for s in table:
+        if args.cache is not None:
+            args.cache.mkdir(parents=True, exist_ok=True)
+
+        def stamp_one(s: Stamp):
+            spv = text = None
             if compiler and "vulkan" in s.homes:
-                if s.coopmat:
-                    spv = compile_vulkan(s, args.out, None, coopmat_compiler)
-                else:
-                    spv = compile_vulkan(s, args.out, args.glslc or None, args.glslang or None)
-                spirv[s.name] = _words(spv)
+                tools = ((None, coopmat_compiler) if s.coopmat else
+                         (args.glslc or None, args.glslang or None))
+                spv = _words(compile_vulkan(s, args.out, *tools, cache=args.cache))
             if not args.no_metal and "metal" in s.homes:
-                msl[s.name] = flatten_metal(s, args.out, shlex.split(args.cpp))
+                text = flatten_metal(s, args.out, shlex.split(args.cpp))
+            return spv, text
+
+        # The compilers run as child processes, so threads are enough to keep every CPU busy;
+        # results are gathered in the table's order, the first failure in that order reported.
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            done = list(zip(table, [pool.submit(stamp_one, s) for s in table]))
+        for s, job in done:
+            spv, text = job.result()
+            if spv is not None:
+                spirv[s.name] = spv
+            if text is not None:
+                msl[s.name] = text
         write_args_header(stamps, args.out)
         write_table(table, args.out, spirv, msl, "" if compiler else args.missing_reason)
     except StampError as e:
