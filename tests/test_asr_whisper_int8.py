@@ -130,6 +130,46 @@ def test_linear_equals_the_numpy_rule(n):
     assert not np.allclose(y, x @ w.T, rtol=0, atol=1e-6)
 
 
+# A child process at one kernel level (DASLLAMA_CPU_ISA caps the dispatch, which is fixed per
+# process): the product's values and the kernel that ran.
+_AT_LEVEL = """
+import sys, numpy as np
+from dasllama import _core
+a = np.load(sys.argv[1])
+y, kernel = _core.int8_linear(a["w"], a["bias"], a["x"], 2)
+np.save(sys.argv[2], y)
+print(kernel)
+"""
+
+
+@pytest.mark.parametrize("level", ["avx2", "generic"])
+def test_every_kernel_level_equals_the_numpy_rule(level, tmp_path):
+    """The levels below the best one (AVX2's exact vpmaddubsw form, the generic loops) run on
+    any CPU that has them, whatever this machine's best is."""
+    import os
+    import subprocess
+    import sys
+    import dasllama
+    features = dasllama.cpu_features()
+    if level == "avx2" and not (features.get("avx2") and features.get("fma")):
+        pytest.skip(f"this CPU has no AVX2 ({features.get('best_isa')})")
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((70, 200)) * 0.1).astype(F32)
+    w[3, :5] = -np.abs(w[3]).max() * 1.5    # a row whose extreme is negative: -127
+    bias = rng.standard_normal(70).astype(F32)
+    x = rng.standard_normal((37, 200)).astype(F32)  # 37: full and partial token tiles
+    np.savez(tmp_path / "in.npz", w=w, bias=bias, x=x)
+    out = subprocess.run([sys.executable, "-c", _AT_LEVEL, str(tmp_path / "in.npz"),
+                          str(tmp_path / "y.npy")], capture_output=True, text=True,
+                         env={**os.environ, "DASLLAMA_CPU_ISA": level})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == level
+    y, ref = np.load(tmp_path / "y.npy"), numpy_linear(w, bias, x)
+    assert np.array_equal(y, ref), f"{level}: max diff {np.abs(y - ref).max()}"
+    # control: another row's bias in the reference is seen
+    assert not np.array_equal(y, numpy_linear(w, np.roll(bias, 1), x))
+
+
 def test_linear_rejects_bad_shapes():
     w = np.ones((4, 8), F32)
     with pytest.raises(Exception, match="int8_linear"):

@@ -50,6 +50,7 @@ const cpu::Variants<Kernels>& variants() {
     static const cpu::Variants<Kernels> list{
 #if defined(DASLLAMA_X86)
         kernels_avx512(),
+        kernels_avx2(),
 #endif
         &generic};
     return list;

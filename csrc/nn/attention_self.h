@@ -9,9 +9,9 @@
 // block stay in the thread's cache; nothing of size n x n is ever stored.
 //
 // The kernels are a dispatched family (cpu/dispatch.h): generic C++ in attention_self.cpp,
-// AVX-512 in attention_self_avx512.cpp; tests/cpp/test_nn.cpp checks each against double.
-// Where only the generic kernels run (AVX2-only x86, arm64), attend_self hands the call to
-// nn::attend_all, whose per-head matmuls use the CPU's vector matmul kernels.
+// AVX-512 and AVX2 in attention_self_avx512.cpp and _avx2.cpp; tests/cpp/test_nn.cpp checks
+// each against double. Where only the generic kernels run (arm64), attend_self hands the call
+// to nn::attend_all, whose per-head matmuls use the CPU's vector matmul kernels.
 // AttendPrecision::kBF16 (the reduced-precision lanes) has its own kernels on AMX
 // (attention_self_amx.cpp): the same tasks, both products on the tile unit in bfloat16.
 //
@@ -104,6 +104,7 @@ std::vector<std::string> available_variants();  // best first, ends with "generi
 const Kernels& variant(std::string_view isa);   // throws Error when not available
 const Kernels& active();
 const Kernels* kernels_avx512();  // attention_self_avx512.cpp (x86-64 builds only)
+const Kernels* kernels_avx2();    // attention_self_avx2.cpp (x86-64 builds only)
 
 // The bfloat16 path (attention_self_amx.cpp): the head dimension its tiles are laid out for.
 constexpr int64_t kBf16HeadDim = 64;

@@ -79,10 +79,12 @@ void gemm_generic(const uint8_t* u, const float* inv, int64_t t0, int64_t t1, co
 
 const s8_kernels::Kernels kGeneric{quantize_rows_generic, gemm_generic};
 
-const s8_kernels::Kernels& vnni_or_generic() {
+// The best kernels below the AMX tiles: AVX-512 VNNI, then AVX2, then the generic loops.
+const s8_kernels::Kernels& vector_kernels() {
 #if defined(DASLLAMA_X86)
     static const s8_kernels::Kernels* k =
-        cpu_features().allows("avx512") ? s8_kernels::avx512() : nullptr;
+        cpu_features().allows("avx512") ? s8_kernels::avx512()
+        : cpu_features().allows("avx2") ? s8_kernels::avx2() : nullptr;
     if (k) return *k;
 #endif
     return kGeneric;
@@ -171,19 +173,24 @@ void s8_dequantize_row(const S8Matrix& w, int64_t row, float* out) {
 }
 
 void quantize_activations_u8(const float* x, int64_t n, int64_t cols, uint8_t* u, float* inv) {
-    vnni_or_generic().quantize_rows(x, 0, n, cols, cols, u, inv);
+    vector_kernels().quantize_rows(x, 0, n, cols, cols, u, inv);
 }
 
 const char* linear_s8_kernel(int64_t n) {
     if (n >= s8_kernels::kAmxMinRows && amx_kernels()) return "amx";
-    return &vnni_or_generic() == &kGeneric ? "generic" : "avx512";
+    const s8_kernels::Kernels* k = &vector_kernels();
+    if (k == &kGeneric) return "generic";
+#if defined(DASLLAMA_X86)
+    if (k == s8_kernels::avx2()) return "avx2";
+#endif
+    return "avx512";
 }
 
 void linear_s8(const S8Matrix& w, const float* bias, const float* x, int64_t n, float* y,
                ThreadPool& pool, S8Scratch& scratch) {
     if (n < 0) throw ShapeError("linear_s8: " + std::to_string(n) + " rows");
     if (n == 0) return;
-    const s8_kernels::Kernels& k = vnni_or_generic();
+    const s8_kernels::Kernels& k = vector_kernels();
     const s8_kernels::Kernels* tiles = n >= s8_kernels::kAmxMinRows ? amx_kernels() : nullptr;
     const int64_t n_pad = round_up(n, s8_kernels::kAmxTokens);
     scratch.x.resize(size_t(n_pad * w.cols_pad));

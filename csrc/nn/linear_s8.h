@@ -69,7 +69,7 @@ void linear_s8(const S8Matrix& w, const float* bias, const float* x, int64_t n, 
 // The activation rule alone, for tests: u [n, cols] and inv [n] (1 / s_x) of x [n, cols].
 void quantize_activations_u8(const float* x, int64_t n, int64_t cols, uint8_t* u, float* inv);
 
-// Which kernel linear_s8 runs for n rows here: "amx", "avx512" (VNNI) or "generic".
+// Which kernel linear_s8 runs for n rows here: "amx", "avx512" (VNNI), "avx2" or "generic".
 const char* linear_s8_kernel(int64_t n);
 
 namespace s8_kernels {
@@ -89,6 +89,7 @@ struct Kernels {
                  int64_t b0, int64_t b1, const float* bias, float* y, int64_t ldy);
 };
 const Kernels* avx512();   // nullptr when not built
+const Kernels* avx2();     // nullptr when not built
 // gemm only (quantize_rows nullptr), for t0 a multiple of kAmxTokens and t1 - t0 <= kAmxTokens:
 // it reads kAmxTokens rows of u from t0 (linear_s8 pads u with zero rows). nullptr when not built.
 const Kernels* amx();
