@@ -232,3 +232,22 @@ def test_cli_converts_a_ggml_file(files, tmp_path, capsys):
     assert main(["convert", "whisper", str(files["Q8_0"]), "-o", str(out)]) == 0
     with gguf.open(out) as f:
         assert f.metadata["general.source"] == "whisper.cpp ggml file"
+
+
+def test_openai_state_has_the_checkpoint_layout(tiny, files):
+    """GgmlWhisper.openai_state (what an openai-whisper checkpoint is made from): OpenAI's names
+    and shapes, the convolution biases one-dimensional again, the F16 file's values equal to
+    the CTranslate2 folder's (the query third of its fused q/k/v), the key without a bias."""
+    from dasllama.convert.ct2 import dequantized, read_ct2_model
+
+    state = read_ggml_whisper(files["F16"]).openai_state()
+    d = read_ggml_whisper(files["F16"]).hparams["n_audio_state"]
+    assert state["encoder.conv1.bias"].shape == (d,)
+    assert state["encoder.conv1.weight"].shape == (d, 80, 3)
+    assert "encoder.blocks.0.attn.key.bias" not in state
+    m = read_ct2_model(tiny / "model.bin")
+    qkv = np.asarray(dequantized(m, "encoder/layer_0/self_attention/linear_0/weight"), np.float32)
+    assert np.array_equal(state["encoder.blocks.0.attn.query.weight"], qkv[:d])
+    assert not np.array_equal(state["encoder.blocks.0.attn.value.weight"], qkv[:d])   # control
+    bias = np.asarray(dequantized(m, "encoder/conv1/bias"), np.float32)
+    assert np.array_equal(state["encoder.conv1.bias"], bias)

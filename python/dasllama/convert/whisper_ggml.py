@@ -74,6 +74,7 @@ _SYMBOLS = list('"#()*+/:;<=>@[\\]^_`{|}~\u300c\u300d\u300e\u300f') + \
     "<< >> <<< >>> -- --- -( -[ (' (\" (( )) ((( ))) [[ ]] {{ }} \u266a\u266a \u266a\u266a\u266a".split()
 _MUSIC = set("\u2669\u266a\u266b\u266c\u266d\u266e\u266f")
 # A name longer than this, or more dimensions than ggml has, is not a tensor header.
+_CONV_BIASES = ("encoder.conv1.bias", "encoder.conv2.bias")
 _MAX_NAME = 256
 _MAX_DIMS = 4
 # A token longer than this is a corrupt length field (Whisper's longest token is 128 bytes).
@@ -235,6 +236,13 @@ class GgmlWhisper:
         except ValueError:
             raise GgmlWhisperError(f"{self.path}: the vocabulary has no token for ' '") from None
 
+    def openai_state(self) -> dict:
+        """Every tensor dequantized to float32 in OpenAI's checkpoint shapes (the names are
+        already OpenAI's; whisper.cpp keeps the convolution biases as [channels, 1])."""
+        return {name: _floats_of(entry).reshape(entry[0][:1] if name in _CONV_BIASES
+                                                else entry[0])
+                for name, entry in self.tensors.items()}
+
     def get(self, name: str, shape: tuple) -> tuple:
         hit = self.tensors.get(name)
         if hit is None:
@@ -360,41 +368,25 @@ def convert_ggml_whisper(path: Union[str, os.PathLike], output: Union[str, os.Pa
 
 # ----------------------------------------------------------------------------- from CT2
 
-def write_ggml_whisper(folder: Union[str, os.PathLike], output: Union[str, os.PathLike],
-                       matrix_type: str = "F16") -> Path:
-    """Write the CTranslate2 Whisper directory ``folder`` as a whisper.cpp ggml file, its
-    matrices in ``matrix_type`` (F32, F16, or a block type such as Q8_0 / Q5_0 / Q4_0, encoded
-    by dasllama.formats), convolutions in F16 (F32 for an F32 file), the rest in F32: the
-    types whisper.cpp's loader expects."""
+def openai_tensors(wd, matrix_type: str = "F16") -> list:
+    """The tensors of the Whisper directory ``wd`` (read_whisper_dir) under OpenAI's checkpoint
+    names, as float32 arrays with the ggml type each is stored in: (name, array, type). The
+    matrices take ``matrix_type``, the convolutions F16 (F32 in an F32 file), the rest F32;
+    the fused q/k/v projections are split (OpenAI's key has no bias: a non-zero one is an
+    error)."""
     from .ct2 import dequantized
 
-    if matrix_type not in _TYPE_FTYPES:
-        raise ConvertError(f"matrix type {matrix_type!r}: one of {', '.join(_TYPE_FTYPES)}")
-    wd = read_whisper_dir(folder)
-    hp, d = wd.hparams, wd.hparams["n_audio_state"]
-    eot = wd.special["eot"]
-    decode = {v: k for k, v in byte_encoder().items()}
-    try:
-        token_bytes = [bytes(decode[c] for c in t) for t in wd.tokens[:eot]]
-    except KeyError as e:
-        raise ConvertError(f"{folder}: a token below <|endoftext|> is not in GPT-2's byte "
-                           f"spelling ({e})") from None
-    if eot - (1 if hp["n_vocab"] >= MULTILINGUAL_VOCAB else 0) != ENGLISH_EOT:
-        raise ConvertError(f"{folder}: <|endoftext|> is id {eot}; whisper.cpp lays out ids for "
-                           f"{ENGLISH_EOT} (English) or {ENGLISH_EOT + 1} (multilingual)")
+    hp, d, folder = wd.hparams, wd.hparams["n_audio_state"], wd.path
     conv_type = "F32" if matrix_type == "F32" else "F16"
-    ftype = _TYPE_FTYPES[matrix_type]
-    if matrix_type not in ("F32", "F16"):
-        ftype += QNT_VERSION_FACTOR * QNT_VERSION
     m = wd.model
 
     def ct2(name: str) -> np.ndarray:
         return np.asarray(dequantized(m, name), dtype=np.float32)
 
     out = [("encoder.conv1.weight", ct2("encoder/conv1/weight"), conv_type),
-           ("encoder.conv1.bias", ct2("encoder/conv1/bias").reshape(d, 1), "F32"),
+           ("encoder.conv1.bias", ct2("encoder/conv1/bias"), "F32"),
            ("encoder.conv2.weight", ct2("encoder/conv2/weight"), conv_type),
-           ("encoder.conv2.bias", ct2("encoder/conv2/bias").reshape(d, 1), "F32"),
+           ("encoder.conv2.bias", ct2("encoder/conv2/bias"), "F32"),
            ("encoder.positional_embedding", ct2("encoder/position_encodings/encodings"), "F32")]
 
     def norm(theirs: str, ours: str):
@@ -444,6 +436,34 @@ def write_ggml_whisper(folder: Union[str, os.PathLike], output: Union[str, os.Pa
         out += block(f"decoder.blocks.{i}", f"decoder/layer_{i}", cross=True)
     out += norm("decoder.ln", "decoder/layer_norm")
 
+    return out
+
+
+def write_ggml_whisper(folder: Union[str, os.PathLike], output: Union[str, os.PathLike],
+                       matrix_type: str = "F16") -> Path:
+    """Write the CTranslate2 Whisper directory ``folder`` as a whisper.cpp ggml file, its
+    matrices in ``matrix_type`` (F32, F16, or a block type such as Q8_0 / Q5_0 / Q4_0, encoded
+    by dasllama.formats), convolutions in F16 (F32 for an F32 file), the rest in F32: the
+    types whisper.cpp's loader expects."""
+    if matrix_type not in _TYPE_FTYPES:
+        raise ConvertError(f"matrix type {matrix_type!r}: one of {', '.join(_TYPE_FTYPES)}")
+    wd = read_whisper_dir(folder)
+    hp = wd.hparams
+    eot = wd.special["eot"]
+    decode = {v: k for k, v in byte_encoder().items()}
+    try:
+        token_bytes = [bytes(decode[c] for c in t) for t in wd.tokens[:eot]]
+    except KeyError as e:
+        raise ConvertError(f"{folder}: a token below <|endoftext|> is not in GPT-2's byte "
+                           f"spelling ({e})") from None
+    if eot - (1 if hp["n_vocab"] >= MULTILINGUAL_VOCAB else 0) != ENGLISH_EOT:
+        raise ConvertError(f"{folder}: <|endoftext|> is id {eot}; whisper.cpp lays out ids for "
+                           f"{ENGLISH_EOT} (English) or {ENGLISH_EOT + 1} (multilingual)")
+    ftype = _TYPE_FTYPES[matrix_type]
+    if matrix_type not in ("F32", "F16"):
+        ftype += QNT_VERSION_FACTOR * QNT_VERSION
+    out = openai_tensors(wd, matrix_type)
+
     from .. import formats
     from .whisper import mel_filters
     filters = mel_filters(SAMPLE_RATE, N_FFT, hp["n_mels"])
@@ -461,6 +481,8 @@ def write_ggml_whisper(folder: Union[str, os.PathLike], output: Union[str, os.Pa
                 f.write(struct.pack("<i", len(t)) + t)
             for name, array, type_name in out:
                 array = np.ascontiguousarray(array, dtype=np.float32)
+                if name in _CONV_BIASES:    # whisper.cpp adds them as (channels, 1)
+                    array = array.reshape(-1, 1)
                 if type_name == "F32":
                     data = array.astype("<f4").tobytes()
                 elif type_name == "F16":
