@@ -158,7 +158,11 @@ class _Peer:
 
 
 def _model_info(path: Path) -> dict:
-    from ..convert.whisper_ggml import read_ggml_whisper
+    """The rows' model facts: of the ggml file, or of a CTranslate2 directory (tests)."""
+    from ..convert.whisper_ggml import is_ggml_file, read_ggml_whisper
+    if not is_ggml_file(path):
+        from .asr import model_info
+        return dict(model_info(Path(path)), matrix_type="as stored")
     g = read_ggml_whisper(path)
     params = sum(int(np.prod(shape)) for shape, _, _ in g.tensors.values())
     return {"file": path.name, "sha256": _sha256(path), "arch": "whisper", "params": params,
@@ -168,14 +172,19 @@ def _model_info(path: Path) -> dict:
 def benchmark(model: Path, *, clips: Path, reps: int, threads: Optional[int] = None,
               clip_seconds: Sequence[float] = CLIP_SECONDS, beams: Sequence[int] = BEAMS,
               device: str = "vulkan", peer_device: str = "cuda", work: Path = Path("."),
-              pause: float = 0.1, on_event: Callable = lambda *a, **k: None) -> dict:
-    """Both engines over every (beam, clip) cell; the record's result part."""
+              pause: float = 0.1, encoder_reps: int = ENCODER_REPS,
+              open_peer: Optional[Callable] = None,
+              on_event: Callable = lambda *a, **k: None) -> dict:
+    """Both engines over every (beam, clip) cell; the record's result part. ``open_peer(model,
+    work)``: the peer engine (default: openai-whisper on ``peer_device``, from the model's
+    float16 checkpoint)."""
     if reps < 1:
         raise BenchError(f"reps must be at least 1, got {reps}")
     info = _model_info(model)
     sources = load_sources(clips)
     ours = _Ours(model, device, threads)
-    peer = _Peer(openai_checkpoint(model, work / f"{model.stem}-openai.pt"), peer_device)
+    peer = (open_peer or (lambda m, w: _Peer(openai_checkpoint(m, w / f"{m.stem}-openai.pt"),
+                                             peer_device)))(model, work)
     engines = {e.name: e for e in (ours, peer)}
     result = {"config": {"reps": reps, "threads": ours.threads, "warmup": 1, "alternate": True,
                          "pause_s": pause, "device": device, "peer_device": peer_device,
@@ -190,7 +199,7 @@ def benchmark(model: Path, *, clips: Path, reps: int, threads: Optional[int] = N
                               "compute_type": e.compute_type} for n, e in engines.items()},
               "rows": [], "memory": [], "validation": []}
     window = build_clip(sources, 60)[:WINDOW_SAMPLES]
-    enc = {n: e.encoder_ms(window, ENCODER_REPS) for n, e in engines.items()}
+    enc = {n: e.encoder_ms(window, encoder_reps) for n, e in engines.items()}
     for n, e in engines.items():
         result["rows"].append(_encoder_row(e, info, enc[n]))
         on_event("encoder", engine=n, ms=float(np.median(enc[n])))
@@ -220,11 +229,25 @@ def benchmark(model: Path, *, clips: Path, reps: int, threads: Optional[int] = N
                                       for k, v in after["declined"].items()},
                          "reason": after["reason"]}})
             for n, e in engines.items():
-                rows = rows_for(e, info, reqs[n], s, beam)
-                for r in rows:
-                    r["device"] = e.device_name
-                result["rows"] += rows
+                result["rows"] += _cell_rows(e, info, reqs[n], s, beam)
     return result
+
+
+class _AsCell:
+    """An engine seen through the cell's name: both engines' rows of a cell share one test name
+    (the ours-against-peer pair), so the cell is named by dasllama's lane, float32."""
+
+    def __init__(self, engine):
+        self.name, self.backend, self.version = engine.name, engine.backend, engine.version
+        self.threads, self.compute_type = engine.threads, "float32"
+
+
+def _cell_rows(engine, info: dict, reqs, seconds: float, beam: int) -> list:
+    rows = rows_for(_AsCell(engine), info, reqs, seconds, beam)
+    for r in rows:
+        r.update(quant=engine.compute_type, compute_type=engine.compute_type,
+                 device=engine.device_name)
+    return rows
 
 
 def _encoder_row(engine, info: dict, ms: list) -> dict:
