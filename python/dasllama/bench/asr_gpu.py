@@ -293,11 +293,12 @@ def main(argv: Optional[list] = None) -> int:
         raise SystemExit("no fixture clips here: pass --clips DIR")
     out = Path(a.out) if a.out else None
     machine = probe.machine(gpu=True)
-    result = benchmark(Path(a.model), clips=clips, reps=a.reps, threads=a.threads,
-                       clip_seconds=[float(x) for x in a.seconds.split(",")],
-                       beams=[int(x) for x in a.beam.split(",")], device=a.device,
-                       peer_device=a.peer_device, work=out.parent if out else Path("."),
-                       on_event=show)
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="dasllama-asr-gpu-") as work:   # the checkpoint
+        result = benchmark(Path(a.model), clips=clips, reps=a.reps, threads=a.threads,
+                           clip_seconds=[float(x) for x in a.seconds.split(",")],
+                           beams=[int(x) for x in a.beam.split(",")], device=a.device,
+                           peer_device=a.peer_device, work=Path(work), on_event=show)
     machine["loadavg_1m_end"] = probe.loadavg()
     command = "python -m dasllama.bench.asr_gpu " + " ".join(shlex.quote(x) for x in argv)
     rec = record.finish(result, machine, probe.build(), probe.process_peak_rss_bytes(),
