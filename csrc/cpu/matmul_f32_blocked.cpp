@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "core/formats.h"
 #include "core/thread_pool.h"
 #include "cpu/dispatch.h"
 
@@ -86,6 +87,7 @@ const Variants<Kernels>& variants() {
     static const Variants<Kernels> list{
 #if defined(DASLLAMA_X86)
         kernels_avx512(),
+        kernels_avx2(),
 #endif
         &generic};
     return list;
@@ -98,9 +100,11 @@ const Variants<Kernels>& variants() {
 constexpr int64_t kTaskPanels = 4;
 constexpr int64_t kTaskTokens = 48;
 
-// Rows [32 p0, 32 p1) of w into panels (zero rows past the matrix).
-void pack_panels(const float* w, int64_t rows, int64_t cols, int64_t p0, int64_t p1,
-                 float* packed) {
+// Rows [32 p0, 32 p1) of w (F32 or F16 rows, the latter widened exactly) into panels (zero
+// rows past the matrix).
+template <typename Elem, typename Widen>
+void pack_panels(const Elem* w, int64_t rows, int64_t cols, int64_t p0, int64_t p1,
+                 float* packed, Widen widen) {
     for (int64_t p = p0; p < p1; ++p) {
         float* dst = packed + p * cols * kPanelRows;
         for (int64_t i = 0; i < kPanelRows; ++i) {
@@ -109,8 +113,8 @@ void pack_panels(const float* w, int64_t rows, int64_t cols, int64_t p0, int64_t
                 for (int64_t c = 0; c < cols; ++c) dst[c * kPanelRows + i] = 0.0f;
                 continue;
             }
-            const float* src = w + r * cols;
-            for (int64_t c = 0; c < cols; ++c) dst[c * kPanelRows + i] = src[c];
+            const Elem* src = w + r * cols;
+            for (int64_t c = 0; c < cols; ++c) dst[c * kPanelRows + i] = widen(src[c]);
         }
     }
 }
@@ -119,9 +123,11 @@ void run_blocked(const Kernels& k, const WeightMatrix& w, const float* x, int64_
                  int64_t n_tokens, float* y, int64_t ldy, ThreadPool& pool, const float* bias,
                  F32Activation act) {
     if (!w.type || !w.data) throw ShapeError("matmul_f32_blocked: the weight matrix was not prepared");
-    if (w.type->type != GgmlType::F32 || reinterpret_cast<uintptr_t>(w.data) % alignof(float))
-        throw FormatError(std::string("matmul_f32_blocked: weights must be aligned F32 rows, "
-                                      "not ") + w.type->name);
+    const bool f16 = w.type->type == GgmlType::F16;
+    if ((w.type->type != GgmlType::F32 && !f16) ||
+        reinterpret_cast<uintptr_t>(w.data) % (f16 ? alignof(uint16_t) : alignof(float)))
+        throw FormatError(std::string("matmul_f32_blocked: weights must be aligned F32 or F16 "
+                                      "rows, not ") + w.type->name);
     if (n_tokens < 0 || ldx < 0 || ldy < w.rows)
         throw ShapeError("matmul_f32_blocked: n_tokens " + std::to_string(n_tokens) + ", ldx " +
                          std::to_string(ldx) + ", ldy " + std::to_string(ldy) + " for " +
@@ -135,11 +141,15 @@ void run_blocked(const Kernels& k, const WeightMatrix& w, const float* x, int64_
     if (buf.size() < need) buf.resize(need);
     float* packed = buf.data();
     packed += (64 - reinterpret_cast<uintptr_t>(packed) % 64) % 64 / sizeof(float);
-    const float* wf = reinterpret_cast<const float*>(w.data);
     pool.run([&](int t, int nt) {
         const int64_t per = (n_panels + nt - 1) / nt;
-        pack_panels(wf, rows, cols, std::min(n_panels, t * per), std::min(n_panels, (t + 1) * per),
-                    packed);
+        const int64_t p0 = std::min(n_panels, t * per), p1 = std::min(n_panels, (t + 1) * per);
+        if (f16)
+            pack_panels(reinterpret_cast<const uint16_t*>(w.data), rows, cols, p0, p1, packed,
+                        [](uint16_t h) { return f16_to_f32(h); });
+        else
+            pack_panels(reinterpret_cast<const float*>(w.data), rows, cols, p0, p1, packed,
+                        [](float v) { return v; });
     });
     const int64_t n_chunks = (n_panels + kTaskPanels - 1) / kTaskPanels;
     const int64_t n_blocks = (n_tokens + kTaskTokens - 1) / kTaskTokens;

@@ -41,13 +41,14 @@ enum class F32Activation {
 // with a tile's 12 token rows (6 KiB) it stays in a 48 KiB L1.
 constexpr int64_t kBlockCols = 128;
 
-// Whether this CPU runs a vector kernel for matmul_f32_blocked (AVX-512 today). Without one,
+// Whether this CPU runs a vector kernel for matmul_f32_blocked (AVX-512 or AVX2). Without one,
 // callers keep cpu::matmul: the generic kernel is the test reference, not a fast path.
 bool matmul_f32_blocked_fast();
 
 // Y (n_tokens rows, ldy floats apart) as above, for X rows ldx floats apart (ldx may be less
 // than cols: rows may overlap, as a convolution's windows do). bias may be null. W must be
-// F32 (FormatError otherwise). Split over the pool.
+// F32 or F16 (widened exactly as the panels are packed: the bits of the F32 matrix of the same
+// values); FormatError otherwise. Split over the pool.
 void matmul_f32_blocked(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
                         float* y, int64_t ldy, ThreadPool& pool, const float* bias = nullptr,
                         F32Activation act = F32Activation::kNone);
@@ -71,6 +72,7 @@ struct Kernels {
                    const float* bias, F32Activation act);
 };
 const Kernels* kernels_avx512();   // matmul_f32_blocked_avx512.cpp (x86-64 builds only)
+const Kernels* kernels_avx2();     // matmul_f32_blocked_avx2.cpp (x86-64 builds only)
 }  // namespace blocked
 
 }  // namespace dasllama::cpu

@@ -67,6 +67,28 @@ static inline __m256 exp_avx2(__m256 x) {
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
+
+// The erf GELU on 8 lanes: gelu_erf_avx512's operations (below), so both give the same bits.
+static inline __m256 gelu_erf_avx2(__m256 x) {
+    const __m256 a = _mm256_mul_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x),
+                                   _mm256_set1_ps(0.70710678118654752f));
+    const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f),
+                                   _mm256_fmadd_ps(_mm256_set1_ps(0.5f), a, _mm256_set1_ps(1.0f)));
+    __m256 p = _mm256_set1_ps(0.17087277f);
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.82215223f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.48851587f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.13520398f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.27886807f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.18628806f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.09678418f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.37409196f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.00002368f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.26551223f));
+    const __m256 e = _mm256_mul_ps(t, exp_avx2(_mm256_fnmadd_ps(a, a, p)));
+    const __m256 pos = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ);
+    const __m256 c = _mm256_blendv_ps(e, _mm256_sub_ps(_mm256_set1_ps(2.0f), e), pos);
+    return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), c);
+}
 #endif
 
 #if defined(__AVX512F__)
@@ -92,8 +114,7 @@ static inline __m512 exp_avx512(__m512 x) {
 
 // The erf GELU, x/2 erfc(-x / sqrt 2), on 16 lanes: erfc(a) for a >= 0 as
 // t exp(-a^2 + P(t)), t = 1 / (1 + a/2), P of degree 9 (Numerical Recipes' erfcc, fractional
-// error below 1.2e-7), and 2 - erfc(a) for x >= 0. The AVX2 activation kernel
-// (nn/activations_avx2.cpp) runs the same operations on 8 lanes: both give the same bits.
+// error below 1.2e-7), and 2 - erfc(a) for x >= 0.
 static inline __m512 gelu_erf_avx512(__m512 x) {
     const __m512 a = _mm512_mul_ps(_mm512_andnot_ps(_mm512_set1_ps(-0.0f), x),
                                    _mm512_set1_ps(0.70710678118654752f));

@@ -14,34 +14,8 @@ namespace {
 
 using cpu::simd_x86::exp_avx2;
 
-// erfc(a) for a >= 0: t exp(-a^2 + P(t)), t = 1 / (1 + a/2), P a degree-9 polynomial
-// (Numerical Recipes' erfcc, fractional error below 1.2e-7 everywhere).
-inline __m256 erfc_pos(__m256 a) {
-    const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f),
-                                   _mm256_fmadd_ps(_mm256_set1_ps(0.5f), a, _mm256_set1_ps(1.0f)));
-    __m256 p = _mm256_set1_ps(0.17087277f);
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.82215223f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.48851587f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.13520398f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.27886807f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.18628806f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.09678418f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.37409196f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.00002368f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.26551223f));
-    const __m256 e = exp_avx2(_mm256_fnmadd_ps(a, a, p));
-    return _mm256_mul_ps(t, e);
-}
-
-// GELU(x) = x/2 erfc(-x / sqrt 2): for x >= 0 that is x/2 (2 - erfc(x / sqrt 2)).
-inline __m256 gelu8(__m256 x) {
-    const __m256 a = _mm256_mul_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x),
-                                   _mm256_set1_ps(0.70710678118654752f));
-    const __m256 e = erfc_pos(a);
-    const __m256 pos = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ);
-    const __m256 c = _mm256_blendv_ps(e, _mm256_sub_ps(_mm256_set1_ps(2.0f), e), pos);
-    return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), c);
-}
+// GELU(x) = x/2 erfc(-x / sqrt 2) on 8 lanes (simd_x86.h).
+inline __m256 gelu8(__m256 x) { return cpu::simd_x86::gelu_erf_avx2(x); }
 
 void gelu_erf_avx2(float* x, int64_t n) {
     int64_t i = 0;

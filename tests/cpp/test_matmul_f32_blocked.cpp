@@ -136,12 +136,40 @@ TEST(fused_gelu_equals_the_activation_kernels) {
     CHECK(compare::bites("control: GELU left out", compare::rel_l2(plain, exact), bar));
 }
 
+TEST(f16_weights_give_the_bits_of_their_f32_widening) {
+    ThreadPool pool(2);
+    const Shape s{70, 300, 29};
+    const auto wv = compare::randn(size_t(s.rows * s.cols), 41, 0.1f);
+    std::vector<uint16_t> halves(wv.size());
+    std::vector<float> wide(wv.size());
+    for (size_t i = 0; i < wv.size(); ++i) {
+        halves[i] = f32_to_f16(wv[i]);
+        wide[i] = f16_to_f32(halves[i]);
+    }
+    const auto w16 = cpu::prepare_weight(*type_traits("F16"), s.rows, s.cols,
+                                         reinterpret_cast<const uint8_t*>(halves.data()), nullptr);
+    const auto w32 = f32_weights(wide, s.rows, s.cols);
+    const auto x = compare::randn(size_t(s.tokens * s.cols), 42);
+    for (const std::string& v : cpu::matmul_f32_blocked_variants()) {
+        std::vector<float> a(size_t(s.tokens * s.rows)), b(a.size());
+        cpu::matmul_f32_blocked_with(v, w16, x.data(), s.cols, s.tokens, a.data(), s.rows, pool);
+        cpu::matmul_f32_blocked_with(v, w32, x.data(), s.cols, s.tokens, b.data(), s.rows, pool);
+        CHECK_MSG(same_bits(a, b), "F16 vs its widening, " + v);
+    }
+    // control: the unrounded float32 weights give other bits
+    const auto w_exact = f32_weights(wv, s.rows, s.cols);
+    std::vector<float> a(size_t(s.tokens * s.rows)), b(a.size());
+    cpu::matmul_f32_blocked(w16, x.data(), s.cols, s.tokens, a.data(), s.rows, pool);
+    cpu::matmul_f32_blocked(w_exact, x.data(), s.cols, s.tokens, b.data(), s.rows, pool);
+    CHECK(!same_bits(a, b));
+}
+
 TEST(bad_arguments_are_typed_errors) {
     ThreadPool pool(1);
-    std::vector<uint8_t> f16(size_t(4 * 8 * 2), 0);
-    const auto wh = cpu::prepare_weight(*type_traits("F16"), 4, 8, f16.data(), nullptr);
-    std::vector<float> x(8), y(4);
-    CHECK_THROWS_AS(cpu::matmul_f32_blocked(wh, x.data(), 8, 1, y.data(), 4, pool), FormatError);
+    std::vector<uint8_t> q8(size_t(4 * 34), 0);   // 4 rows of one Q8_0 block
+    const auto wq = cpu::prepare_weight(*type_traits("Q8_0"), 4, 32, q8.data(), nullptr);
+    std::vector<float> x(32), y(4);
+    CHECK_THROWS_AS(cpu::matmul_f32_blocked(wq, x.data(), 32, 1, y.data(), 4, pool), FormatError);
     const std::vector<float> wv(32, 1.0f);
     const auto w = f32_weights(wv, 4, 8);
     CHECK_THROWS_AS(cpu::matmul_f32_blocked(w, x.data(), 8, 1, y.data(), 3, pool), ShapeError);

@@ -23,10 +23,13 @@ namespace {
 
 bool blocked(const nn::Linear& l, cpu::Precision precision) {
     // An int8-lane matrix (l.s8) keeps its float view for the GPU seat; nn::linear multiplies it.
-    return precision == cpu::Precision::kF32 && !l.s8 && !l.bf16 && l.w.type &&
-           l.w.type->type == GgmlType::F32 &&
-           reinterpret_cast<uintptr_t>(l.w.data) % alignof(float) == 0 &&
-           cpu::matmul_f32_blocked_fast();
+    if (precision != cpu::Precision::kF32 || l.s8 || l.bf16 || !l.w.type ||
+        !cpu::matmul_f32_blocked_fast())
+        return false;
+    const GgmlType t = l.w.type->type;
+    const auto at = reinterpret_cast<uintptr_t>(l.w.data);
+    return (t == GgmlType::F32 && at % alignof(float) == 0) ||
+           (t == GgmlType::F16 && at % alignof(uint16_t) == 0);
 }
 
 }  // namespace
