@@ -196,6 +196,23 @@ def engines(real_model, tmp_path_factory):
     return ours, theirs
 
 
+def require_exact_peer_int8():
+    """Skips, saying why, where CTranslate2's int8 products are not exact integer arithmetic.
+
+    With AVX-512 VNNI (vpdpbusd) CTranslate2's int8 GEMM sums u8 x s8 products exactly, as
+    dasllama's kernels do on every CPU, and the two lanes' numbers can be held equal. Without
+    VNNI they are not: on a 2-vCPU AMD EPYC (Zen 3, AVX2 only) CTranslate2 4.8.5's default int8
+    backend gave a first decoder step 0.34 away from the exact products' logits and no step
+    within 1e-4 on its own encoder output, and its MKL backend (CT2_USE_MKL=1) passed two of
+    those three checks: the peer's int8 numbers there depend on its backend. There the
+    int8 lane is held to the word error rate bar (test_words_near_faster_whisper_int8) instead."""
+    import dasllama
+    if not dasllama.cpu_features().get("avx512_vnni"):
+        pytest.skip("CTranslate2's int8 products on a CPU without AVX-512 VNNI are not exact "
+                    "integer arithmetic (they depend on its backend), so dasllama's exact int8 "
+                    "lane cannot equal them here; the word error rate bar still applies")
+
+
 def both(engines, clip, beam_size):
     require("soundfile")
     from dasllama import audio
@@ -221,6 +238,7 @@ BAR_WER_FW_INT8 = 0.15
 @pytest.mark.parametrize("beam_size", [1, 5])
 @pytest.mark.parametrize("clip", SAME_TOKENS)
 def test_tokens_equal_faster_whisper_int8(engines, clip, beam_size):
+    require_exact_peer_int8()
     mine, ref = both(engines, clip, beam_size)
     assert [s.tokens for s in mine] == [list(s.tokens) for s in ref]
     assert [s.text for s in mine] == [s.text for s in ref]
@@ -283,6 +301,7 @@ def ct2_windows(real_model, tmp_path_factory):
 
 @pytest.mark.parametrize("clip", ["us_plain.flac", "gb_fast.flac"])
 def test_decoder_on_ctranslate2_encoder_output(ct2_windows, clip):
+    require_exact_peer_int8()
     ours, windows = ct2_windows
     enc, tokens, logits = windows[clip]
     m = ours["int8"]
@@ -336,6 +355,7 @@ def test_int8_model_is_used_as_stored(tmp_path):
     equals CTranslate2's. Control: the same model converted to float32 matrices, quantized
     again at load (127 / amax), gives other logits."""
     require("faster_whisper")
+    require_exact_peer_int8()
     import ctranslate2
     import dasllama
     from dasllama.convert.whisper import convert_whisper
