@@ -35,7 +35,6 @@ import kokoro_torch_models as km
 from requires import require
 
 OPSET = 17                 # the published Kokoro / Kitten graphs' opset
-VOICED_F0 = 150.0          # Hz: F0_proj's bias, so the source has harmonics
 MAX_SAMPLES = 400_000      # the exported window sum's length (16 s at 24 kHz)
 EXPORT_IDS = [0, 5, 9, 12, 3, 7, 0]   # the trace's example input (the graph's T is dynamic)
 
@@ -53,7 +52,7 @@ def export(folder: Path, seed: int = 1234) -> dict:
     ist = cfg["istftnet"]
     parts = km.build(cfg, seed=seed, kitten_decoder=True)
     with torch.no_grad():
-        parts["predictor"].F0_proj.bias.fill_(VOICED_F0)
+        parts["predictor"].F0_proj.bias.fill_(km.VOICED_F0)
 
     def predictor_forward(self, d_en, s, lengths, mask):
         d = self.text_encoder(d_en, s, lengths, mask)

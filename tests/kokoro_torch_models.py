@@ -42,6 +42,11 @@ FFN_PREACT = 2.0   # the std of ALBERT's feed-forward pre-activations (tanh and 
                    # by up to ~2e-4 there; at the package's init, std ~0.2, they agree to 1e-6)
 
 # Phoneme symbols for a test vocabulary (ids 1..), one character each.
+# Hz: an F0_proj bias that makes a random model's source voiced. Its own F0 is near zero, an
+# unvoiced source whose near-zero STFT bins carry rounding-noise phases; the generator's
+# instance norms amplify those, so two float32 sides of one chain then differ by 5e-4..5e-3
+# (by CPU) instead of ~1e-5.
+VOICED_F0 = 150.0
 SYMBOLS = "abcdefghijklmnopqrstuvwxyzəɪɛæʌʊɔɑɚɹðθʃʒŋˈˌː,.!?"
 
 

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
+# The margin (top-1 minus top-2 logit, llama.cpp's) above which a greedy step is decided, so
+# dasllama's choice must equal llama.cpp's there: about twice the largest |margin difference|
+# measured between the engines (0.67 on AVX-512 kernels, 0.74 on AVX2; test_llm_greedy).
+LLAMA_CPP_NOISE_BOUND = 1.5
+
 
 def rel_l2(out, ref) -> float:
     """||out - ref|| / ||ref|| in float64."""

@@ -12,6 +12,7 @@ import pytest
 import dasllama
 from dasllama import _core
 from dasllama.testing.random_gguf import write_random_model
+from parity import LLAMA_CPP_NOISE_BOUND
 
 pytestmark = pytest.mark.skipif(not hasattr(_core, "LLMModel"), reason="no _core.LLMModel")
 STATS = re.compile(r"^prompt: (\d+) tokens( \(\d+ cached\))?, [\d.]+ tok/s; "
@@ -99,11 +100,6 @@ def test_ctrl_c_stops_generation_cleanly(model):
     assert "Traceback" not in err and STATS.match(err.strip().splitlines()[-1])
 
 
-# test_llm_greedy's margin above which a greedy step is decided (about twice the largest margin
-# error measured between the two engines).
-NOISE_BOUND = 1.5
-
-
 def test_smollm2_greedy_through_the_cli(real_model, llama_cpp_run):
     real_model("smollm2")   # skips when absent; the command itself uses the default model
     case = llama_cpp_run("SmolLM2")["greedy"][0]
@@ -115,7 +111,7 @@ def test_smollm2_greedy_through_the_cli(real_model, llama_cpp_run):
         api = llm.generate(case["prompt"], max_tokens=n, temperature=0)
         # llama.cpp's tokens up to its first step the engines may legitimately part at (the
         # margin bar of test_llm_greedy: their 8-bit activations round differently)
-        decided = next((i for i, m in enumerate(case["margins"]) if m < NOISE_BOUND),
+        decided = next((i for i, m in enumerate(case["margins"]) if m < LLAMA_CPP_NOISE_BOUND),
                        len(case["margins"]))
         theirs = llm.detokenize(case["greedy_ids"][:decided])
     print(f"{n} tokens: {out!r}")

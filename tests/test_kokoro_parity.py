@@ -19,7 +19,8 @@ the phase is defined). onnxruntime itself is deterministic here: the same inputs
 bits on 1, 2 or 4 threads and at every graph optimization level (measured).
 
 Bars (each set from the measured error, printed by the test, with room of a few times):
-- durations: exact, 10 sentences of 5 to 500 phonemes (from onnxruntime's d_en).
+- durations: exact, 10 sentences of 5 to 500 phonemes (from onnxruntime's d_en), but where a
+  total lies within ROUNDING_TIE of a half (at most 1% of them may round the other way).
 - one ALBERT layer: rel-l2 <= 2e-2 (measured 2e-7, up to 5e-3 where a step moves); the
   negative control (one layer too few) must exceed it tenfold.
 - audio: rel-l2 <= 0.2 (measured 0.05 to 0.08; the generator's 36 quantized convolutions
@@ -61,7 +62,8 @@ SENTENCES = (
      'ˈaɪt, ɪt wʌzðə sˈiːz',
 )
 
-DURATION_BAR = 0              # exact
+ROUNDING_TIE = 5e-3            # frames: a total this near a half may round either way (the
+                              # sums differ in the last bits by CPU; about 1% of them are here)
 LAYER_BAR = 2e-2              # one ALBERT layer from onnxruntime's input
 AUDIO_BAR = 0.2               # audio from onnxruntime's d_en and source spectrum
 STAGE_BAR = 2e-2              # d, F0, N, aligned text features
@@ -170,15 +172,20 @@ def test_sentences_cover_5_to_500_phonemes():
 
 
 @pytest.mark.parametrize("index", range(len(SENTENCES)))
-def test_durations_exact_from_onnxruntime_d_en(kokoro, index):
+def test_durations_from_onnxruntime_d_en(kokoro, index):
     ref, run = kokoro
     ids, style, o = run(index, ("d_en", "durations"))
     d = ref.duration_encoder(o[index, "d_en"], style[ref.style_split[0]:])
+    totals = ref.duration_totals(d, 1.0)
     durations = ref.durations(d, 1.0)
     expected = o[index, "durations"].ravel().astype(np.int64)
-    print(f"{len(ids)} phonemes: {int((durations != expected).sum())} of {len(expected)} "
-          "durations differ")
-    assert np.array_equal(durations, expected)
+    differ = durations != expected
+    tie = np.abs(totals - np.floor(totals) - 0.5) < ROUNDING_TIE
+    print(f"{len(ids)} phonemes: {int(differ.sum())} of {len(expected)} durations differ, "
+          f"{int(tie.sum())} totals within {ROUNDING_TIE} of a half")
+    assert np.all(tie[differ]), totals[differ & ~tie]
+    assert np.all(np.abs(durations - expected)[differ] == 1)
+    assert differ.sum() <= max(1, len(expected) // 100), totals[differ]
 
 
 @pytest.mark.parametrize("index", (1, 4))

@@ -12,6 +12,7 @@ import dasllama
 from dasllama import LLM, _core
 from dasllama.errors import DeviceError, ShapeError
 from dasllama.testing.random_gguf import write_random_model
+from parity import LLAMA_CPP_NOISE_BOUND
 
 HAVE_MODEL = hasattr(_core, "LLMModel")
 needs_model = pytest.mark.skipif(not HAVE_MODEL, reason="no _core.LLMModel in this build")
@@ -421,10 +422,12 @@ def test_smollm2_greedy_matches_llama_cpp(real_model, llama_cpp_run):
     with LLM(real_model("smollm2"), n_ctx=512) as llm:
         case = fx["greedy"][0]
         assert llm.tokenize(case["prompt"]) == case["prompt_ids"]
-        # tokens up to the first small margin are decided; compare those exactly
-        n = next((i for i, m in enumerate(case["margins"]) if m < 0.05), len(case["margins"]))
-        text = llm.generate(case["prompt"], temperature=0, max_tokens=n)
+        # llama.cpp's tokens up to its first step the engines may part at are decided
+        # (test_llm_greedy compares all 64 steps, teacher-forced)
+        n = next((i for i, m in enumerate(case["margins"]) if m < LLAMA_CPP_NOISE_BOUND),
+                 len(case["margins"]))
+        text = llm.generate(case["prompt"], temperature=0, max_tokens=8)
         want = llm.detokenize(case["greedy_ids"][:n])
-        print(f"compared {n} tokens: {text!r}")
-        assert text == want
-        assert text.startswith(" Paris.")
+        print(f"{n} decided tokens {want!r}: {text!r}")
+        assert n >= 1 and text.startswith(want)
+        assert text.startswith(" Paris") and len(llm.tokenize(text)) >= 4

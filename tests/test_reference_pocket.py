@@ -8,10 +8,12 @@ reference is fed the same inputs stage by stage (teacher forcing), and end to en
 package's noise. rel = ||ref - package|| / ||package||; discrete outputs (token ids, chunks,
 frame counts, the EOS frame) must be equal.
 
-Bars (f32 lane, the reference in float64; measured on an AMD EPYC, torch 2.13.0 CPU): the
-package computes in float32, so errors are its rounding, 1e-7..1e-6 relative. Each bar is
-about 5x the largest error measured at that stage (printed by every test); each negative
-control is a plausible bug whose error must exceed its bar at least 10x.
+Bars (f32 lane, the reference in float64; torch 2.13.0 CPU): the package computes in
+float32, so errors are its rounding, 1e-7..1e-6 relative. Its Mimi encoder's convolutions
+round differently by CPU (oneDNN's AVX2 kernels give about 4x the AVX-512 ones' error, so the
+voice stages are measured with both). Each bar is about 4x the largest error measured at
+that stage (printed by every test); each negative control is a plausible bug whose error
+must exceed its bar at least 10x.
 
 With random weights EOS fires arbitrarily, so the frame count is pinned through the package's
 own knobs: ``eos_threshold`` (a very low one makes every frame an EOS candidate: the loop then
@@ -33,8 +35,9 @@ from parity import check, rel_l2 as rel
 
 
 # Bars per stage, f32 lane (measured maxima in brackets).
-BAR_PROMPT_KV = 2e-6      # K and V rows, every layer              [3.8e-7 text, 5.6e-7 voice]
-BAR_VOICE_ROWS = 2.5e-6   # Mimi encoder + speaker projection      [4.6e-7]
+BAR_PROMPT_KV = 2e-6      # K and V rows of text, every layer      [3.8e-7]
+BAR_VOICE_ROWS = 1e-5     # Mimi encoder + speaker projection      [5.9e-7 AVX-512, 2.7e-6 AVX2]
+BAR_VOICE_KV = 8e-6       # K and V rows of a voice, every layer   [5.6e-7 AVX-512, 2.0e-6 AVX2]
 BAR_CONDITIONING = 3e-6   # per-frame backbone output              [6.0e-7 .. 7.1e-7]
 BAR_EOS = 3e-6            # per-frame EOS logits (absolute)        [6.0e-7]
 BAR_FLOW = 2.5e-6         # per-frame flow head output             [3.4e-7 .. 4.5e-7]
@@ -190,7 +193,7 @@ def test_voice_rows_and_prompt_kv(fx, ref, voice):
     theirs = _cache_rows(fx.model, state, ours.shape[0])
     kv = ref.prompt_kv(ref.new_state(), ours)
     no_bos = ref.prompt_kv(ref.new_state(), np.concatenate([ours[bos:], ours[-1:]]))
-    check("prompt K/V of the voice", _kv_error(kv, theirs), BAR_PROMPT_KV,
+    check("prompt K/V of the voice", _kv_error(kv, theirs), BAR_VOICE_KV,
           _kv_error(no_bos, theirs))
 
 
@@ -395,5 +398,5 @@ def test_voice_from_wav_file(fx, ref, tmp_path):
     theirs = _cache_rows(fx.model, state, rows.shape[0])
     mixed_wrong = ref.encode_voice(stereo[:, 0], 16000)                  # left channel only
     check("prompt K/V of a 16 kHz stereo wav", _kv_error(ref.prompt_kv(ref.new_state(), rows),
-                                                         theirs), BAR_PROMPT_KV,
+                                                         theirs), BAR_VOICE_KV,
           _kv_error(ref.prompt_kv(ref.new_state(), mixed_wrong), theirs))

@@ -273,12 +273,15 @@ class ReferenceKokoro:
             x = np.concatenate([x, s_rows], axis=1).astype(F32)
         return x
 
-    def durations(self, d: np.ndarray, speed: float) -> np.ndarray:
-        """Frames per input id: round(sum(sigmoid(proj(BiLSTM(d)))) / speed), at least 1."""
+    def duration_totals(self, d: np.ndarray, speed: float) -> np.ndarray:
+        """Frames per input id before rounding: sum(sigmoid(proj(BiLSTM(d)))) / speed."""
         x = self.lstm(d, "predictor.lstm")
         logits = self.linear(x, "predictor.duration_proj.linear_layer")        # (T, 50)
-        total = sigmoid(logits).sum(axis=-1, dtype=np.float64).astype(F32) / F32(speed)
-        return np.maximum(np.rint(total), 1).astype(np.int64)
+        return sigmoid(logits).sum(axis=-1, dtype=np.float64).astype(F32) / F32(speed)
+
+    def durations(self, d: np.ndarray, speed: float) -> np.ndarray:
+        """Frames per input id: the totals rounded, at least 1."""
+        return np.maximum(np.rint(self.duration_totals(d, speed)), 1).astype(np.int64)
 
     def f0_energy(self, en: np.ndarray, s_pred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """en (640, F) -> F0 (2F,), N (2F,)."""
