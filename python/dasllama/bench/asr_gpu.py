@@ -13,7 +13,8 @@ padded with silence to 10 s, 60 s and 5 min) and times, per clip and beam size:
 * ``first_text`` (ms): from the call to the first segment (openai-whisper's ``transcribe``
   returns every segment at once, when the whole clip is decoded: its first text is its wall);
 * ``rtf`` (x): seconds of audio per second of wall time;
-* ``encoder_window`` (ms, once per run): one 30 s log-mel window through the encoder alone,
+* ``encoder_window`` (ms, once per run; ``encoder_window_int8`` in the int8 lane): one 30 s
+  log-mel window through the encoder alone,
   host to host for dasllama (the seat's upload, replayed command buffer and download),
   synchronized CUDA for openai-whisper; medians of ``ENCODER_REPS``.
 
@@ -71,16 +72,24 @@ def openai_checkpoint(ggml_path, out) -> Path:
     return Path(out)
 
 
+# dasllama's lanes here, as the record describes them.
+LANES = {"float32": "float32 compute, encoder on the GPU seat, decoder on the CPU",
+         "int8": "the int8 lane: encoder on the GPU seat (the file's matrices, products and "
+                 "attention in float16 on cooperative matrices), decoder on the CPU in "
+                 "CTranslate2's int8 numerics"}
+
+
 class _Ours:
     name, backend = OURS, "vulkan"
 
-    def __init__(self, model: Path, device: str, threads: Optional[int]):
+    def __init__(self, model: Path, device: str, threads: Optional[int],
+                 compute_type: str = "float32"):
         from .. import ASR
         from .probe import build
-        self.asr = ASR(model, device=device, compute_type="float32", n_threads=threads)
+        self.asr = ASR(model, device=device, compute_type=compute_type, n_threads=threads)
         b = build()
         self.version = b["version"] + (f"+g{b['git_sha']}" if b["git_sha"] else "")
-        self.threads, self.compute_type = self.asr.model.n_threads, "float32"
+        self.threads, self.compute_type = self.asr.model.n_threads, compute_type
         self.device_name = self.asr.device_name
         if not self.asr.seat_stats():
             raise BenchError(f"device {device!r}: the encoder seat is not there (CPU only)")
@@ -172,17 +181,22 @@ def _model_info(path: Path) -> dict:
 def benchmark(model: Path, *, clips: Path, reps: int, threads: Optional[int] = None,
               clip_seconds: Sequence[float] = CLIP_SECONDS, beams: Sequence[int] = BEAMS,
               device: str = "vulkan", peer_device: str = "cuda", work: Path = Path("."),
+              compute_type: str = "float32",
               pause: float = 0.1, encoder_reps: int = ENCODER_REPS,
               open_peer: Optional[Callable] = None,
               on_event: Callable = lambda *a, **k: None) -> dict:
     """Both engines over every (beam, clip) cell; the record's result part. ``open_peer(model,
     work)``: the peer engine (default: openai-whisper on ``peer_device``, from the model's
-    float16 checkpoint)."""
+    float16 checkpoint). ``compute_type``: dasllama's lane, "float32" (the seat's products in
+    float32) or "int8" (its products and attention round to float16 on devices with
+    cooperative matrices; the decoder's CPU products are CTranslate2's int8 numerics)."""
     if reps < 1:
         raise BenchError(f"reps must be at least 1, got {reps}")
+    if compute_type not in LANES:
+        raise BenchError(f"compute_type {compute_type!r} is not one of {sorted(LANES)}")
     info = _model_info(model)
     sources = load_sources(clips)
-    ours = _Ours(model, device, threads)
+    ours = _Ours(model, device, threads, compute_type)
     peer = (open_peer or (lambda m, w: _Peer(openai_checkpoint(m, w / f"{m.stem}-openai.pt"),
                                              peer_device)))(model, work)
     engines = {e.name: e for e in (ours, peer)}
@@ -193,15 +207,14 @@ def benchmark(model: Path, *, clips: Path, reps: int, threads: Optional[int] = N
                          "clip_sources": list(FIXTURE_ORDER),
                          "weights": f"{info['file']} ({info['matrix_type']} matrices); the peer: "
                                     f"the same values dequantized to float16",
-                         "lanes": {OURS: "float32 compute, encoder on the GPU seat, decoder on "
-                                         "the CPU", PEER: "float16 on CUDA"}},
+                         "lanes": {OURS: LANES[compute_type], PEER: "float16 on CUDA"}},
               "engines": {n: {"version": e.version, "device": e.device_name,
                               "compute_type": e.compute_type} for n, e in engines.items()},
               "rows": [], "memory": [], "validation": []}
     window = build_clip(sources, 60)[:WINDOW_SAMPLES]
     enc = {n: e.encoder_ms(window, encoder_reps) for n, e in engines.items()}
     for n, e in engines.items():
-        result["rows"].append(_encoder_row(e, info, enc[n]))
+        result["rows"].append(_encoder_row(e, compute_type, info, enc[n]))
         on_event("encoder", engine=n, ms=float(np.median(enc[n])))
     for beam in beams:
         for s in clip_seconds:
@@ -229,35 +242,41 @@ def benchmark(model: Path, *, clips: Path, reps: int, threads: Optional[int] = N
                                       for k, v in after["declined"].items()},
                          "reason": after["reason"]}})
             for n, e in engines.items():
-                result["rows"] += _cell_rows(e, info, reqs[n], s, beam)
+                result["rows"] += _cell_rows(e, compute_type, info, reqs[n], s, beam)
     return result
+
+
+def encoder_test(lane: str) -> str:
+    """The encoder row's test name: both engines' rows pair under dasllama's lane (the float32
+    lane's keeps the plain name)."""
+    return "encoder_window" if lane == "float32" else f"encoder_window_{lane}"
 
 
 class _AsCell:
     """An engine seen through the cell's name: both engines' rows of a cell share one test name
-    (the ours-against-peer pair), so the cell is named by dasllama's lane, float32."""
+    (the ours-against-peer pair), so the cell is named by dasllama's lane."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, lane: str):
         self.name, self.backend, self.version = engine.name, engine.backend, engine.version
-        self.threads, self.compute_type = engine.threads, "float32"
+        self.threads, self.compute_type = engine.threads, lane
 
 
-def _cell_rows(engine, info: dict, reqs, seconds: float, beam: int) -> list:
-    rows = rows_for(_AsCell(engine), info, reqs, seconds, beam)
+def _cell_rows(engine, lane: str, info: dict, reqs, seconds: float, beam: int) -> list:
+    rows = rows_for(_AsCell(engine, lane), info, reqs, seconds, beam)
     for r in rows:
         r.update(quant=engine.compute_type, compute_type=engine.compute_type,
                  device=engine.device_name)
     return rows
 
 
-def _encoder_row(engine, info: dict, ms: list) -> dict:
+def _encoder_row(engine, lane: str, info: dict, ms: list) -> dict:
     from .record import NOISE_CV
     from .stats import summarize
     s = summarize(ms)
     return {"kind": "asr", "engine": engine.name, "backend": engine.backend,
             "version": engine.version, "threads": engine.threads, "model": info["file"],
             "model_sha256": info["sha256"], "arch": "whisper", "quant": engine.compute_type,
-            "params": info["params"], "test": "encoder_window", "unit": "ms", **s.as_dict(),
+            "params": info["params"], "test": encoder_test(lane), "unit": "ms", **s.as_dict(),
             "noisy": bool(s.cv > NOISE_CV), "reruns": 0, "samples": ms,
             "samples_ns": [int(x * 1e6) for x in ms], "audio_seconds": 30.0,
             "compute_type": engine.compute_type, "device": engine.device_name}
@@ -277,6 +296,8 @@ def main(argv: Optional[list] = None) -> int:
     r.add_argument("--seconds", default=",".join(str(s) for s in CLIP_SECONDS))
     r.add_argument("--beam", default=",".join(str(b) for b in BEAMS))
     r.add_argument("--device", default="vulkan"), r.add_argument("--peer-device", default="cuda")
+    r.add_argument("--compute-type", default="float32", choices=sorted(LANES),
+                   help="dasllama's lane (default float32)")
     r.add_argument("-o", "--out", default=None)
     a = ap.parse_args(argv)
     if a.cmd == "pack":
@@ -298,7 +319,8 @@ def main(argv: Optional[list] = None) -> int:
         result = benchmark(Path(a.model), clips=clips, reps=a.reps, threads=a.threads,
                            clip_seconds=[float(x) for x in a.seconds.split(",")],
                            beams=[int(x) for x in a.beam.split(",")], device=a.device,
-                           peer_device=a.peer_device, work=Path(work), on_event=show)
+                           peer_device=a.peer_device, work=Path(work), on_event=show,
+                           compute_type=a.compute_type)
     machine["loadavg_1m_end"] = probe.loadavg()
     command = "python -m dasllama.bench.asr_gpu " + " ".join(shlex.quote(x) for x in argv)
     rec = record.finish(result, machine, probe.build(), probe.process_peak_rss_bytes(),
