@@ -212,6 +212,35 @@ def test_coopmat_attention_against_attention_f32(tmp_path, monkeypatch):
           BAR_HALF_ATTENTION, rel_l2(other, want))
 
 
+def test_profile_times_each_dispatch_of_a_window(random_models):
+    """set_profiling records the encoder afresh with timestamps: last_profile holds one
+    finite, non-negative time per dispatch the seat counted for the window, named by stamp.
+    Profiling off records once more, without them. The CPU model has no profile."""
+    from dasllama.errors import DeviceError
+
+    _, cpu, gpu, window = random_models
+    try:
+        gpu.set_profiling(True)
+    except DeviceError as e:
+        pytest.skip(f"this device cannot time kernels: {e}")
+    try:
+        before = _seat(gpu)
+        gpu.encode(window)
+        after = _seat(gpu)
+        prof = gpu.last_profile()
+    finally:
+        gpu.set_profiling(False)
+    assert after["replays"] == before["replays"], "the window was recorded afresh"
+    assert len(prof) == after["dispatches"] - before["dispatches"] > 20
+    assert all(isinstance(k, str) and k and np.isfinite(t) and t >= 0 for k, t in prof)
+    assert {"layernorm", "gelu_erf", "conv1d_tiled"} <= {k for k, _ in prof}
+    gpu.encode(window)
+    assert _seat(gpu)["replays"] == after["replays"]   # recorded again, without timestamps
+    cpu.set_profiling(True)
+    assert cpu.last_profile() == []
+    cpu.set_profiling(False)
+
+
 def test_declines_fall_back_to_the_cpu(random_models):
     _, cpu, gpu, window = random_models
     ref = cpu.encode(window)

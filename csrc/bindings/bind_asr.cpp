@@ -117,6 +117,20 @@ void bind_asr(py::module_& m) {
         }, "{'encoder': served, declined by reason, dispatches, replays, uploads, bytes_up, "
            "bytes_down, weight_bytes, reason (why the last call declined, '' when it was "
            "served)} on a GPU; {} on the CPU.")
+        .def("set_profiling", [](WhisperModel& w, bool on) {
+                 if (w.gpu()) w.gpu()->set_profiling(on);
+             }, py::arg("on"),
+             "Times every dispatch of the encoder seat's next windows (see last_profile); "
+             "nothing on the CPU.")
+        .def("last_profile", [](const WhisperModel& w) {
+                 py::list out;
+                 if (w.gpu())
+                     for (const gpu::KernelTime& t : w.gpu()->last_profile())
+                         out.append(py::make_tuple(t.stamp, t.microseconds));
+                 return out;
+             },
+             "[(stamp, microseconds)] of each dispatch of the seat's last window, when "
+             "profiling; [] on the CPU.")
         .def("set_seat_enabled", [](WhisperModel& w, const std::string& seat, bool on) {
             if (!w.gpu() || seat != "encoder")
                 throw std::invalid_argument("no seat '" + seat + "' on this model (seats: "

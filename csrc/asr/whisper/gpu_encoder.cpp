@@ -432,6 +432,13 @@ bool EncoderGpu::admit() {
     return true;
 }
 
+void EncoderGpu::set_profiling(bool on) {
+    p_->dev->set_profiling(on);
+    p_->recording.reset();   // a recording holds its timestamps, or none
+}
+
+std::vector<gpu::KernelTime> EncoderGpu::last_profile() const { return p_->dev->last_profile(); }
+
 void EncoderGpu::run(const float* window, std::vector<float>& out) {
     Impl& p = *p_;
     gpu::Device& dev = *p.dev;

@@ -24,6 +24,7 @@
 
 #include "asr/whisper/gpu_admission.h"
 #include "asr/whisper/weights.h"
+#include "gpu/device.h"
 #include "gpu/seat.h"
 
 namespace dasllama::whisper {
@@ -52,6 +53,10 @@ public:
     // window [n_mels, 2 * n_audio_ctx] -> out [n_audio_ctx, d] (resized). admit first. Throws
     // DeviceError (the caller declines with gpu_error and runs the CPU encoder).
     void run(const float* window, std::vector<float>& out);
+    // Profiling: the next window records the encoder afresh with a timestamp around every
+    // dispatch; last_profile() holds the times of the last window served.
+    void set_profiling(bool on);
+    std::vector<gpu::KernelTime> last_profile() const;
 
     struct Impl;
 
