@@ -7,6 +7,7 @@
 #include "core/errors.h"
 #include "core/formats.h"
 #include "core/tuning.h"
+#include "cpu/ops.h"
 #include "gk_args.h"
 #include "gpu/matrix.h"
 #include "nn/tensor_reader.h"
@@ -117,11 +118,9 @@ struct EncoderGpu::Impl {
         DevLinear d;
         if (half_products && l.w.type->type == GgmlType::F32) {
             std::vector<uint16_t> h(size_t(l.w.rows * l.w.cols));
-            for (int64_t r = 0; r < l.w.rows; ++r) {
-                const float* row = reinterpret_cast<const float*>(l.w.data + r * l.w.row_bytes);
-                for (int64_t c = 0; c < l.w.cols; ++c)
-                    h[size_t(r * l.w.cols + c)] = f32_to_f16(row[c]);
-            }
+            for (int64_t r = 0; r < l.w.rows; ++r)
+                cpu::f32_to_f16_row(reinterpret_cast<const float*>(l.w.data + r * l.w.row_bytes),
+                                    h.data() + r * l.w.cols, l.w.cols);
             d.m = gpu::upload_matrix(*dev, *type_traits(uint32_t(GgmlType::F16)), l.w.cols,
                                      {gpu::HostRows{reinterpret_cast<const uint8_t*>(h.data()),
                                                     l.w.rows}},
