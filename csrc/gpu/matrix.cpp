@@ -150,7 +150,10 @@ const tuning::Knob& kMatvecSplitMaxRows = tuning::define(
 // on the float forms, 4.60 ms here (4.77 ms one row a subgroup, 4.57 ms four): qkv 26.3 ->
 // 12.7 us (0.54 -> 1.12 TB/s), the attention output 15.5 -> 10.7 us, gate/up 89 -> 36 us
 // (1.83 TB/s), down 37 -> 23 us, the head 143 -> 57 us (1.98 TB/s); the products 5.55 ms ->
-// 2.72 ms of the step, quant_q8_1 1.31 ms (129 calls, about 10 us each: what is left to win).
+// 2.72 ms of the step, quant_q8_1 1.31 ms (129 calls, about 10 us each), 0.79 ms since four
+// threads share a block (6.1 us a call; the step 3.94 ms), and the gated activation formed by
+// the quantizer instead of its own pass: 3.90 ms. Four items a lane loaded together (GK_Q8_U 4)
+// instead of two: the products 21.0 -> 21.1 us a call, one row a subgroup then 24.3 us.
 // Gemma-3-270M's 2048-wide down projection lost (a step 1.55 -> 1.89 ms with 1024 here): the
 // quantization costs more than a small product saves, hence the width from which it is taken.
 const tuning::Knob& kMatvecQ8 = tuning::define(
