@@ -194,7 +194,35 @@ def test_different_transcripts_are_reported_with_their_word_error_rate(monkeypat
     v = result["validation"][0]
     assert v["texts_identical"] is False and v["tokens_identical"] is True
     assert v["wer"] == pytest.approx(0.25) and v["texts"] == texts
-    assert "differ, WER 0.250" in asr.format_summary(finish(result))
+    assert "differ (WER 0.250)" in asr.format_summary(finish(result))
+
+
+def test_whisper_cpp_is_a_second_peer_compared_by_text(monkeypatch):
+    texts = {"dasllama": " the quick brown box", "faster-whisper": " the quick brown box",
+             "whisper.cpp": " the quick  brown fox"}
+    timed = {"dasllama": [100_000_000] * 3, "faster-whisper": [200_000_000] * 3,
+             "whisper.cpp": [400_000_000] * 3}
+    result, opened = _fake(monkeypatch, lambda e, ct: FakeRunner(
+        e, ct, text=texts[e], timed=timed[e], tokens=() if e == "whisper.cpp" else (1, 2)),
+        engines=asr.ALL_ENGINES, memory=False)
+    v = result["validation"][0]
+    assert v["texts_identical"] is True                  # against faster-whisper
+    assert v["whisper_cpp"] == {"texts_identical": False, "wer": pytest.approx(0.25)}
+    assert v["texts"]["whisper.cpp"] == texts["whisper.cpp"]
+    rec = finish(result)
+    check_record(rec)
+    assert {r["engine"] for r in rec["rows"]} == set(asr.ALL_ENGINES)
+    summary = asr.format_summary(rec)
+    print(summary)
+    line = next(x for x in summary.splitlines() if x.startswith("5sint8b1"))
+    # rtf 50, 25 and 12.5: dasllama 2x faster-whisper and 4x whisper.cpp
+    assert line.split()[1:6] == ["50.0", "25.0", "2.00", "12.5", "4.00"]
+    assert "identical, whisper.cpp WER 0.250" in line
+    # spacing between segments alone is no difference
+    texts["whisper.cpp"] = " the quick  brown box"
+    result, _ = _fake(monkeypatch, lambda e, ct: FakeRunner(e, ct, text=texts[e]),
+                      engines=asr.ALL_ENGINES, memory=False)
+    assert result["validation"][0]["whisper_cpp"]["texts_identical"] is True
 
 
 def test_a_noisy_engine_is_run_once_more_and_keeps_its_first_attempt(monkeypatch):
@@ -271,7 +299,8 @@ def test_the_command_line_parses_lists():
     args = p.parse_args(["bench", "asr", "-m", "whisper-tiny.en", "--beam", "1,5",
                          "--compute-type", "int8", "--seconds", "10", "--seconds", "60",
                          "--quiet-wait", "30"])
-    assert args.run is asr.run_asr and args.quiet_wait == 30
+    assert args.run is asr.run_asr and args.quiet_wait == 30 and args.engine == "both"
+    assert p.parse_args(["bench", "asr", "--engine", "all"]).engine == "all"
     assert asr._list(args.beam, asr.BEAMS, int) == (1, 5)
     assert asr._list(args.seconds, asr.CLIP_SECONDS, float) == (10.0, 60.0)
     assert asr._list(None, asr.COMPUTE_TYPES, str) == asr.COMPUTE_TYPES
@@ -310,3 +339,33 @@ def test_a_real_short_run_through_the_command_line(real_model, tmp_path, capsys)
     mem = {m["engine"]: m for m in rec["memory"]}
     assert set(mem) == {"dasllama", "faster-whisper"}
     assert all(m["peak_rss"] >= m["loaded_rss"] > m["baseline_rss"] > 0 for m in mem.values())
+
+
+def test_a_real_short_run_with_whisper_cpp(real_model, tmp_path, capsys):
+    """whisper.cpp on the F16 ggml file the writer makes from the same folder: its rows, its
+    file's details and its transcript within the engines' word error rate of dasllama's."""
+    require("faster_whisper")
+    require("pywhispercpp")
+    require("soundfile")
+    real_model("whisper-tiny.en")
+    out = tmp_path / "asr-{box}.json"
+    argv = ["bench", "asr", "-m", "whisper-tiny.en", "--seconds", "6", "--beam", "1",
+            "--compute-type", "float32", "--reps", "1", "-t", "2", "--pause", "0",
+            "--engine", "all", "--no-memory", "-o", str(out)]
+    from dasllama.cli import main
+    assert main(argv) == 0
+    print(capsys.readouterr().out)
+    rec = json.loads(next(tmp_path.glob("asr-*.json")).read_text())
+    check_record(rec)
+    assert {r["engine"] for r in rec["rows"]} == set(asr.ALL_ENGINES)
+    w = rec["engines"]["whisper.cpp"]["float32"]
+    assert w["ggml_type"] == "F16" and w["model_file"].endswith(".f16.ggml.bin")
+    v = rec["validation"][0]
+    print("validation:", v)
+    # the engines' decoding rules differ a little (test_convert_whisper_ggml's bar)
+    assert v["whisper_cpp"]["wer"] <= 0.10
+    first = next(r for r in rec["rows"]
+                 if r["engine"] == "whisper.cpp" and r["test"] == "first_text_6sf32b1")
+    wall = next(r for r in rec["rows"]
+                if r["engine"] == "whisper.cpp" and r["test"] == "request_wall_6sf32b1")
+    assert 0 < first["median"] <= wall["median"]

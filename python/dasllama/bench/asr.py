@@ -12,6 +12,13 @@ The model is ``-m``: a packaged name (``whisper-tiny.en``) or a CTranslate2 dire
 engines read that directory's weights: faster-whisper directly, dasllama through the GGUF it
 converts once into its cache.
 
+``--engine all`` adds whisper.cpp (the ``pywhispercpp`` package) as a second peer, on a ggml
+file that dasllama's writer makes from the same directory once (``whisper_cpp_file``): the
+float32 lane against its F16 file (whisper.cpp runs no F32 file on the CPU; the packaged
+models' weights are float16, which F16 holds exactly), the int8 lane against its Q8_0 blocks. Its
+transcripts are compared with dasllama's by text (it reports no tokens); its first text is
+timed in its new-segment callback, since its segments come back when the call returns.
+
 Three tests come from every request (one transcription of a whole clip, its segments
 consumed to the end), each suffixed by the cell: clip length, precision and beam
 (``rtf_60sint8b5``: the 60 s clip, int8, beam 5):
@@ -65,12 +72,13 @@ from .llm import BenchError, _sha256, schedule
 from .record import NOISE_CV
 from .stats import summarize
 
-__all__ = ["TESTS", "CLIP_SECONDS", "FIXTURE_ORDER", "Request", "build_clip", "word_errors",
+__all__ = ["ALL_ENGINES", "TESTS", "CLIP_SECONDS", "FIXTURE_ORDER", "Request", "build_clip", "word_errors",
            "test_name", "Runner", "measure_cell", "rows_for", "benchmark", "add_asr_arguments",
-           "run_asr", "runner_main"]
+           "run_asr", "runner_main", "whisper_cpp_file"]
 
-OURS, PEER = "dasllama", "faster-whisper"
-ENGINES = (OURS, PEER)
+OURS, PEER, WHISPER_CPP = "dasllama", "faster-whisper", "whisper.cpp"
+ENGINES = (OURS, PEER)                     # the default run
+ALL_ENGINES = (OURS, PEER, WHISPER_CPP)    # --engine all
 TESTS = (("request_wall", "ms"), ("first_text", "ms"), ("rtf", "x"))
 SAMPLE_RATE = 16000
 CLIP_SECONDS = (10, 60, 300)
@@ -203,6 +211,73 @@ class _PeerInRunner:
                                      language="en")[0]
 
 
+class _Segment:
+    def __init__(self, text: str):
+        self.text, self.tokens = text, ()
+
+
+# whisper.cpp's file type for each lane. float32: F16, whisper.cpp's full precision (its CPU
+# build runs no F32 file: an F32 convolution fails an assertion, F32 matrices crash), which holds
+# the packaged models' float16 values exactly; int8: its 8-bit blocks (32 values a float16
+# scale, another grouping than CTranslate2's one scale a row).
+_GGML_TYPES = {"float32": "F16", "int8": "Q8_0"}
+
+
+def whisper_cpp_file(folder: Path, compute_type: str) -> Path:
+    """The whisper.cpp ggml file written from the CTranslate2 directory ``folder`` for a lane,
+    once, beside the GGUF dasllama converts it to in the model cache."""
+    from ..convert.whisper_ggml import write_ggml_whisper
+    from ..models import converted_path
+    kind = _GGML_TYPES[compute_type]
+    gguf = converted_path(folder)
+    path = gguf.with_name(f"{gguf.stem}.{kind.lower()}.ggml.bin")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_ggml_whisper(folder, path, kind)
+    return path
+
+
+class _WhisperCppInRunner:
+    """whisper.cpp through pywhispercpp on the ggml file written from the same directory, with
+    the other engines' options: temperature 0 and no fallback, English, timestamps, the
+    previous text as the prompt, non-speech tokens suppressed; greedy or beam search (a model
+    each: pywhispercpp fixes the strategy when it opens one). Segments come back when the
+    call returns; the first one's time is taken in its new-segment callback."""
+
+    def __init__(self, model: str, compute_type: str, threads: int):
+        from importlib.metadata import version
+        self.path = whisper_cpp_file(Path(model), compute_type)
+        self.threads, self.models, self.first_ns = threads, {}, None
+        self.version = version("pywhispercpp")
+        self.details = {"version": self.version, "compute_type": compute_type,
+                        "ggml_type": _GGML_TYPES[compute_type], "n_threads": threads,
+                        "model_file": self.path.name,
+                        "model_file_size": self.path.stat().st_size}
+
+    def _model(self, beam: int):
+        if beam not in self.models:
+            from pywhispercpp.model import Model
+            self.models[beam] = Model(
+                str(self.path), params_sampling_strategy=0 if beam == 1 else 1,
+                redirect_whispercpp_logs_to=None, n_threads=self.threads, print_progress=False,
+                print_realtime=False, language="en", no_context=False, temperature=0.0,
+                temperature_inc=0.0, suppress_nst=True, greedy={"best_of": 1},
+                beam_search={"beam_size": beam, "patience": 1.0})
+        return self.models[beam]
+
+    def transcribe(self, samples, beam: int):
+        model, stamps = self._model(beam), []
+        t0 = time.perf_counter_ns()
+        got = model.transcribe(samples, new_segment_callback=lambda _s: stamps.append(
+            time.perf_counter_ns()))
+        self.first_ns = stamps[0] - t0 if stamps else None
+        # whisper.cpp's segment texts lack the leading space the other engines' carry
+        return [_Segment(" " + s.text.lstrip()) for s in got]
+
+
+_RUNNER_ENGINES = {OURS: _OursInRunner, PEER: _PeerInRunner, WHISPER_CPP: _WhisperCppInRunner}
+
+
 def runner_main(argv=None) -> int:
     """The runner: one JSON object a line. After loading it writes {"event": "ready",
     "version", "details", "baseline_rss", "loaded_rss"}, then answers each request:
@@ -215,14 +290,18 @@ def runner_main(argv=None) -> int:
     """
     p = argparse.ArgumentParser(prog="python -m dasllama.bench.asr --runner")
     p.add_argument("--runner", action="store_true")
-    p.add_argument("--engine", choices=ENGINES, required=True)
+    p.add_argument("--engine", choices=ALL_ENGINES, required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--compute-type", choices=COMPUTE_TYPES, required=True)
     p.add_argument("--threads", type=int, required=True)
     a = p.parse_args(argv)
     import numpy as np
-    out = sys.stdout
-    sys.stdout = sys.stderr          # libraries' prints must not break the protocol
+    # Libraries' prints, Python's and their C code's (whisper.cpp writes to fd 1), must not
+    # break the protocol: it gets a descriptor of its own and fd 1 goes to stderr.
+    sys.stdout.flush()
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
 
     def say(obj):
         out.write(json.dumps(obj) + "\n")
@@ -231,8 +310,7 @@ def runner_main(argv=None) -> int:
     from .probe import rss_bytes
     baseline = rss_bytes()
     try:
-        engine = (_OursInRunner if a.engine == OURS else _PeerInRunner)(
-            a.model, a.compute_type, a.threads)
+        engine = _RUNNER_ENGINES[a.engine](a.model, a.compute_type, a.threads)
     except Exception as e:   # noqa: BLE001 - the harness reports it
         say({"event": "error", "error": f"{type(e).__name__}: {e}"})
         return 1
@@ -263,6 +341,8 @@ def runner_main(argv=None) -> int:
                 texts.append(s.text)
                 tokens.extend(int(t) for t in s.tokens)
             wall = time.perf_counter_ns() - t0
+            if getattr(engine, "first_ns", None) is not None:   # an engine that returns at the end
+                first = engine.first_ns
             say({"ok": True, "wall_ns": wall, "first_ns": first if first is not None else wall,
                  "text": "".join(texts), "tokens": tokens, "segments": len(texts)})
         except Exception as e:   # noqa: BLE001 - answered, the runner keeps serving
@@ -383,6 +463,24 @@ def _guarded_run(runner, runners, clip, beam, quiet_wait: float) -> Request:
     return quiet.guarded_run(lambda: runner.run(clip, beam), runners, quiet_wait)
 
 
+def _plain(text: str) -> str:
+    """A transcript with the whitespace between segments normalized (whisper.cpp's segments
+    carry their leading space differently)."""
+    return " ".join(text.split())
+
+
+def _agreement(v: dict) -> str:
+    """The cell's transcript agreement: dasllama against faster-whisper, then whisper.cpp."""
+    parts = []
+    if v.get("texts_identical") is not None:
+        parts.append("identical" if v["texts_identical"] else f"differ (WER {v['wer']:.3f})")
+    w = v.get("whisper_cpp")
+    if w is not None:
+        parts.append("whisper.cpp " + ("identical" if w["texts_identical"] else
+                                       f"WER {w['wer']:.3f}"))
+    return ", ".join(parts) or "of one engine"
+
+
 def measure_cell(runners: Sequence, clip: Path, seconds: float, beam: int, *, reps: int,
                  pause: float = DEFAULT_PAUSE_S, quiet_wait: float = 0.0,
                  noise_cv: Optional[float] = NOISE_CV,
@@ -404,10 +502,14 @@ def measure_cell(runners: Sequence, clip: Path, seconds: float, beam: int, *, re
         validation["wer"] = word_errors(ours.text, peer.text)
         if not validation["texts_identical"]:
             validation["texts"] = {n: g.text for n, g in got.items()}
-    on_event("note", message=f"{label}: transcripts "
-             + ("identical" if validation["texts_identical"] else
-                f"differ (WER {validation['wer']:.3f})" if validation["wer"] is not None
-                else "of one engine"))
+    if OURS in got and WHISPER_CPP in got:   # whisper.cpp gives no tokens: text and WER only
+        ours, theirs = got[OURS], got[WHISPER_CPP]
+        same = _plain(ours.text) == _plain(theirs.text)
+        validation["whisper_cpp"] = {"texts_identical": same,
+                                     "wer": word_errors(ours.text, theirs.text)}
+        if not same:
+            validation.setdefault("texts", {n: g.text for n, g in got.items()})
+    on_event("note", message=f"{label}: transcripts " + _agreement(validation))
     names = [r.name for r in runners]
     by_name = {r.name: r for r in runners}
     requests: dict = {n: [] for n in names}
@@ -626,16 +728,20 @@ def format_summary(rec: dict) -> str:
     """Per cell: dasllama's and faster-whisper's median rtf, their ratio, and the transcripts'
     agreement; then the memory lines."""
     rows = {(r["engine"], r["test"]): r for r in rec["rows"]}
-    lines = [f"{'cell':<18} {'dasllama rtf':>12} {'fw rtf':>8} {'ratio':>6}  transcripts"]
+    peers = [e for e in (PEER, WHISPER_CPP) if any(r["engine"] == e for r in rec["rows"])]
+    short = {PEER: "fw", WHISPER_CPP: "w.cpp"}
+    nan = float("nan")
+    lines = [f"{'cell':<18} {'dasllama rtf':>12}"
+             + "".join(f" {short[p] + ' rtf':>9} {'ratio':>6}" for p in peers) + "  transcripts"]
     for v in rec.get("validation", []):
         test = test_name("rtf", v["clip_seconds"], v["compute_type"], v["beam_size"])
-        ours, peer = rows.get((OURS, test)), rows.get((PEER, test))
-        q = (ours["median"] / peer["median"]) if ours and peer and peer["median"] else None
-        agree = ("identical" if v.get("texts_identical") else
-                 f"differ, WER {v['wer']:.3f}" if v.get("wer") is not None else "-")
-        lines.append(f"{test[4:]:<18} {ours['median'] if ours else float('nan'):>12.1f} "
-                     f"{peer['median'] if peer else float('nan'):>8.1f} "
-                     f"{q if q is not None else float('nan'):>6.2f}  {agree}")
+        ours = rows.get((OURS, test))
+        line = f"{test[4:]:<18} {ours['median'] if ours else nan:>12.1f}"
+        for p in peers:
+            peer = rows.get((p, test))
+            q = (ours["median"] / peer["median"]) if ours and peer and peer["median"] else nan
+            line += f" {peer['median'] if peer else nan:>9.1f} {q:>6.2f}"
+        lines.append(line + "  " + _agreement(v))
     lines += [_memory_line(m) for m in rec.get("memory", [])]
     return "\n".join(lines)
 
@@ -647,8 +753,9 @@ def add_asr_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", default="whisper-tiny.en", metavar="NAME|DIR",
                    help="a packaged Whisper (default whisper-tiny.en) or a CTranslate2 "
                         "directory; both engines read its weights")
-    p.add_argument("--engine", choices=("both", OURS, PEER), default="both",
-                   help="which engines to time (default: both, alternating)")
+    p.add_argument("--engine", choices=("both", "all") + ALL_ENGINES, default="both",
+                   help="which engines to time: both (dasllama and faster-whisper, the "
+                        "default), all (whisper.cpp too, through pywhispercpp), or one")
     p.add_argument("--compute-type", action="append", metavar="TYPE",
                    help=f"precisions ({', '.join(COMPUTE_TYPES)}); repeat or separate by "
                         f"commas (default both)")
@@ -689,7 +796,7 @@ def _list(given, default, cast):
 def run_asr(args) -> int:
     from . import record
     from .cli import record_run
-    engines = ENGINES if args.engine == "both" else (args.engine,)
+    engines = {"both": ENGINES, "all": ALL_ENGINES}.get(args.engine, (args.engine,))
     compute_types = _list(args.compute_type, COMPUTE_TYPES, str)
     beams = _list(args.beam, BEAMS, int)
     seconds = _list(args.seconds, CLIP_SECONDS, float)

@@ -477,7 +477,7 @@ def _add_bench_parser(sub) -> None:
                                                "t/s and time to first token at several "
                                                "concurrencies", serve.__doc__, serve.run_serve))
     asr.add_asr_arguments(command("asr", "Whisper real-time factor, request time and first "
-                                         "text against faster-whisper",
+                                         "text against faster-whisper (and whisper.cpp)",
                                   asr.__doc__, asr.run_asr))
     soak.add_soak_parser(bsub)
     quality.add_quality_arguments(command("quality", "Kokoro's word error rate through an "
