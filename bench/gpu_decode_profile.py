@@ -57,8 +57,8 @@ def profile_model(path: str, device: str, steps: int) -> dict:
         model.close()
 
 
-def report(p: dict, tokens_per_call: int = 1, call: str = "a step") -> str:
-    """The table of one profile; `tokens_per_call` turns the wall time into tokens/s."""
+def report(p: dict, tokens_per_call: int = 1, call: str = "a step", unit: str = "t/s") -> str:
+    """The table of one profile; `tokens_per_call` turns the wall time into a rate (`unit`)."""
     timings = p["dispatches"]
     whole = sum(us for _, us in timings)
     totals: dict = {}
@@ -66,7 +66,7 @@ def report(p: dict, tokens_per_call: int = 1, call: str = "a step") -> str:
         n, t = totals.get(stamp, (0, 0.0))
         totals[stamp] = (n + 1, t + us)
     lines = [f"{p['model']} on {p['device']}: wall {p['wall_step_us']:.1f} us {call} "
-             f"({tokens_per_call * 1e6 / p['wall_step_us']:.0f} t/s); "
+             f"({tokens_per_call * 1e6 / p['wall_step_us']:.0f} {unit}); "
              f"profiled dispatches {whole:.1f} us in "
              f"{len(timings)} ({whole / max(len(timings), 1):.2f} us each)",
              f"  {'stamp':<26} {'calls':>5} {'us':>9} {'us/call':>8} {'share':>6}"]
