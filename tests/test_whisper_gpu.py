@@ -11,7 +11,8 @@ error is float32 rounding carried through the layers: measured 3.4e-7 (random mo
 where the CPU rounds its activations to 8 bits per block (on devices with cooperative matrices
 its weights, activations and attention round to float16 instead): measured 9.9e-3 on lavapipe,
 1.34e-2 on an H200 (random model; the roundings are deterministic, so the bar is 1.1x the
-larger). The coopmat attention against attention_f32 on one seat: BAR_HALF_ATTENTION. Negative
+larger). The coopmat attention against attention_f32 on one seat: BAR_HALF_ATTENTION; the
+staged products against the unstaged ones on one seat: BAR_STAGED. Negative
 controls, each past its bar at least tenfold: f32, the model with one weight matrix scaled by
 1.01 (its other weights unchanged); int8, the output of another window (a stale input).
 """
@@ -32,6 +33,10 @@ from dasllama.convert.whisper import convert_whisper
 BAR_F32 = 4e-6
 BAR_INT8 = 1.5e-2
 BAR_HALF_ATTENTION = 1e-3   # float16 queries, keys, values and weights [2.3e-4 on an H200]
+# Staged against unstaged float16 products: both round the input to float16; the staged panel
+# forms the LayerNorm in mm_stage, its sums in another order than layernorm's [1.0e-4 on an
+# H200].
+BAR_STAGED = 1e-3
 BAR_GELU = 1e-6       # gelu_erf against float64: erfc's fit is good to 1.2e-7 [measured 3.5e-8]
 PERTURBED = "enc.blk.0.mlp.fc2.weight"
 MIB = 1 << 20
@@ -210,6 +215,49 @@ def test_coopmat_attention_against_attention_f32(tmp_path, monkeypatch):
     other = portable.encode(np.roll(window, 37, axis=1))
     check("encoder seat, coopmat attention (random, int8)", rel_l2(got, want),
           BAR_HALF_ATTENTION, rel_l2(other, want))
+
+
+def test_staged_products_against_unstaged(tmp_path, monkeypatch):
+    """On a device with cooperative matrices, the int8 lane's float16 products read staged
+    float16 panels (mm_stage, the LayerNorms formed on the way in) on the tiled stamps: the
+    output against the same seat with vulkan.whisper.staged 0 (matmul_<fmt>_coopmat on float32
+    rows, the LayerNorms their own passes), within BAR_STAGED; the profiles say which served.
+    Control: the output of another window."""
+    from dasllama.testing import whisper as tw
+
+    monkeypatch.setitem(tw.RANDOM_WHISPER, "d", 128)
+    folder = tw.write_random_whisper_dir(tmp_path / "d128", seed=4)
+    path = convert_whisper(folder, tmp_path / "d128.gguf")
+    knob = "vulkan.whisper.staged"
+    info = open_gpu().info
+    if not info.get("coopmat_khr"):
+        pytest.skip(f"{info.get('name')!r} has no cooperative matrices: nothing is staged")
+    staged = _open_gpu_model(path, "int8")
+    _core.tuning_set(knob, 0)
+    try:
+        unstaged = _open_gpu_model(path, "int8")
+    finally:
+        _core.tuning_reset(knob)
+    c = staged.config
+    window = np.random.default_rng(6).standard_normal((c["n_mels"], c["n_frames"])).astype(
+        np.float32)
+    stamps = {}
+    for name, m in (("staged", staged), ("unstaged", unstaged)):
+        m.set_profiling(True)
+        try:
+            out = m.encode(window)
+            stamps[name] = [k for k, _ in m.last_profile()]
+        finally:
+            m.set_profiling(False)
+        assert np.isfinite(out).all()
+    assert "mm_stage" in stamps["staged"] and "mm_stage" not in stamps["unstaged"]
+    # the layers' LayerNorms formed by the staging: only ln_post stays a pass of its own
+    assert stamps["staged"].count("layernorm") == 1
+    assert stamps["unstaged"].count("layernorm") == 2 * c["n_audio_layer"] + 1
+    got, want = staged.encode(window), unstaged.encode(window)
+    other = unstaged.encode(np.roll(window, 37, axis=1))
+    check("encoder seat, staged products (random, int8)", rel_l2(got, want), BAR_STAGED,
+          rel_l2(other, want))
 
 
 def test_profile_times_each_dispatch_of_a_window(random_models):

@@ -40,11 +40,24 @@ const tuning::Knob& kFullAttentionCoopmat = tuning::define(
     "1: the Whisper encoder's attention on cooperative matrices where the products are float16; "
     "0: attention_f32");
 
+// Whether the encoder's products of float16 matrices read their input as one float16 panel
+// (mm_stage, with the LayerNorm formed on the way in) on the tiled stamps of the LLM's prefill,
+// where gpu::staged_panel allows it, instead of matmul_<fmt>_coopmat on float32 rows. Measured
+// on an H200, tiny.en's 30 s window in the int8 lane: its 16 products 1.62 -> 0.75 ms, the
+// window 5.14 -> 4.30 ms (bench/whisper_encoder_profile.py).
+const tuning::Knob& kStagedProducts = tuning::define(
+    "vulkan.whisper.staged", 1, 0, 1,
+    "1: the Whisper encoder's products on staged float16 panels where allowed; 0: unstaged");
+
+// The staged input stage of a pre-norm product (mm_input.h): LayerNorm with weight and bias.
+constexpr uint32_t kLayerNormAffine = GK_MM_IN_LAYERNORM + 1u;
+
 uint32_t u32(int64_t v) { return uint32_t(v); }
 uint32_t grid(int64_t items) { return gpu::stride_groups(items, kStrideGroup); }
 
 struct DevNorm {
     std::unique_ptr<gpu::Buffer> w, b;
+    std::unique_ptr<gpu::Buffer> wb;   // w then b in one buffer: the staged products' norm stage
 };
 
 struct DevLinear {
@@ -101,6 +114,9 @@ struct EncoderGpu::Impl {
     // The call's buffers: window, conv1's output, the residual rows, a norm's output, q/k/v,
     // the head-major queries and attention output, the attention rows, the MLP's hidden rows.
     std::unique_ptr<gpu::Buffer> win, c1, c2, x, h, qkv, qh, ah, attn, ff;
+    // The staged products' float16 input panel (n_ctx rows of the widest input); null when
+    // they are off.
+    std::unique_ptr<gpu::Buffer> panel;
     // The cooperative-matrix attention's stamp ("" when attention_f32 serves) and its float16
     // keys and values, rows padded to the stamp's granule.
     std::string full_attention;
@@ -113,7 +129,12 @@ struct EncoderGpu::Impl {
     std::unique_ptr<gpu::Buffer> floats(const std::vector<float>& v, const char* label) {
         return gpu::upload_floats(*dev, v, label, *weight_bytes);
     }
-    DevNorm norm(const Norm& n) { return {floats(n.w, "whisper norm"), floats(n.b, "whisper norm")}; }
+    DevNorm norm(const Norm& n) {
+        std::vector<float> wb(n.w);
+        wb.insert(wb.end(), n.b.begin(), n.b.end());
+        return {floats(n.w, "whisper norm"), floats(n.b, "whisper norm"),
+                floats(wb, "whisper norm (staged)")};
+    }
     DevLinear linear(const nn::Linear& l, const char* label) {
         DevLinear d;
         if (half_products && l.w.type->type == GgmlType::F32) {
@@ -173,6 +194,9 @@ struct EncoderGpu::Impl {
         qkv = make(3 * n * d, "whisper qkv");
         attn = make(n * d, "whisper attention rows");
         ff = make(e.ff * n, "whisper mlp rows");
+        if (coopmat && kStagedProducts.get() != 0)
+            panel = dev->alloc((size_t(n) * size_t(std::max(d, e.ff)) * 2 + 15) / 16 * 16,
+                               "whisper staged panel");
         full_attention = full_attention_stamp(layers.front().qkv.m.format);
         if (full_attention.empty()) {
             qh = make(n * d, "whisper queries by head");
@@ -248,11 +272,38 @@ struct EncoderGpu::Impl {
                      {&in, nm.w.get(), nm.b.get(), dummy.get(), &out}, a, u32(e.n_ctx));
     }
 
-    // y[t * y_stride + r] (+)= W x_t, then + bias (its own pass, after a barrier).
+    // Whether linear_rec() of `l` with input stage `mode` reads a staged panel.
+    bool staged(const DevLinear& l, uint32_t mode) const {
+        return panel && gpu::staged_panel(l.m.format, l.m.cols, e.n_ctx, mode, coopmat);
+    }
+
+    // The LayerNorm `nm` of the rows at `in` into `out`, or, where `next` (the product that
+    // reads them) is staged, nothing: linear_rec forms it on its way in (norm_stage()).
+    bool norm_or_stage(gpu::Encoder& enc, const DevNorm& nm, const DevLinear& next,
+                       gpu::Buffer& in, gpu::Buffer& out) {
+        if (staged(next, kLayerNormAffine)) return true;
+        norm_rec(enc, nm, in, out);
+        enc.barrier();
+        return false;
+    }
+    gpu::ProjectionInput norm_stage(const DevNorm& nm) const {
+        return gpu::ProjectionInput{kLayerNormAffine, nm.wb.get(), 0, float(kLayerNormEps)};
+    }
+
+    // y[t * y_stride + r] (+)= W in(x_t), then + bias (its own pass, after a barrier); in() the
+    // input stage `st` (plain, or a LayerNorm when the product is staged).
     void linear_rec(gpu::Encoder& enc, const DevLinear& l, gpu::Buffer& in, int64_t in_stride,
-                    gpu::Buffer& out, int64_t out_stride, bool accumulate) {
-        gpu::project(enc, l.m, in, 0, u32(in_stride), out, 0, u32(out_stride), e.n_ctx,
-                     accumulate, *dummy, coopmat);
+                    gpu::Buffer& out, int64_t out_stride, bool accumulate,
+                    const gpu::ProjectionInput& st = gpu::ProjectionInput()) {
+        if (staged(l, st.mode)) {
+            gpu::stage_input(enc, in, 0, u32(in_stride), l.m.cols, e.n_ctx, st, *panel, *dummy);
+            enc.barrier();
+            gpu::project_staged(enc, l.m, *panel, out, 0, u32(out_stride), e.n_ctx, accumulate,
+                                *dummy);
+        } else {
+            gpu::project(enc, l.m, in, 0, u32(in_stride), out, 0, u32(out_stride), e.n_ctx,
+                         accumulate, *dummy, coopmat);
+        }
         if (!l.bias) return;
         enc.barrier();
         gk::add_scale a{};
@@ -356,17 +407,19 @@ struct EncoderGpu::Impl {
         gelu_rec(enc, *c2, *x, d, n, true, pos.get());   // [d, n] -> [n, d] + positions
         enc.barrier();
         for (const DevLayer& l : layers) {
-            norm_rec(enc, l.attn_ln, *x, *h);
-            enc.barrier();
-            linear_rec(enc, l.qkv, *h, d, *qkv, 3 * d, false);
+            if (norm_or_stage(enc, l.attn_ln, l.qkv, *x, *h))
+                linear_rec(enc, l.qkv, *x, d, *qkv, 3 * d, false, norm_stage(l.attn_ln));
+            else
+                linear_rec(enc, l.qkv, *h, d, *qkv, 3 * d, false);
             enc.barrier();
             attend_rec(enc);
             enc.barrier();
             linear_rec(enc, l.out, *attn, d, *x, d, true);
             enc.barrier();
-            norm_rec(enc, l.mlp_ln, *x, *h);
-            enc.barrier();
-            linear_rec(enc, l.fc1, *h, d, *ff, e.ff, false);
+            if (norm_or_stage(enc, l.mlp_ln, l.fc1, *x, *h))
+                linear_rec(enc, l.fc1, *x, d, *ff, e.ff, false, norm_stage(l.mlp_ln));
+            else
+                linear_rec(enc, l.fc1, *h, d, *ff, e.ff, false);
             enc.barrier();
             gelu_rec(enc, *ff, *ff, n, e.ff, false, nullptr);
             enc.barrier();
