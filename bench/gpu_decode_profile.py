@@ -80,19 +80,29 @@ def report(p: dict, tokens_per_call: int = 1, call: str = "a step", unit: str = 
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("models", nargs="+")
+def add_profile_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options every profile script shares: --device, --json and --knob."""
     ap.add_argument("--device", default="vulkan")
-    ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--json", default=None, help="also write every dispatch's time here")
     ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                     help="set a tuning knob first (dasllama bench tuning lists them)")
-    a = ap.parse_args(argv)
+
+
+def apply_knobs(knobs) -> None:
+    """Set each NAME=VALUE knob before a model opens."""
     from dasllama import _core
-    for k in a.knob:
+    for k in knobs:
         name, _, value = k.partition("=")
         _core.tuning_set(name, int(value))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--steps", type=int, default=128)
+    add_profile_arguments(ap)
+    a = ap.parse_args(argv)
+    apply_knobs(a.knob)
     out = []
     for m in a.models:
         p = profile_model(m, a.device, a.steps)

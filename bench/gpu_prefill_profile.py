@@ -20,7 +20,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_decode_profile import report  # noqa: E402  (the same table for both)
+from gpu_decode_profile import add_profile_arguments, apply_knobs, report  # noqa: E402
 
 # Back-to-back timed prompt calls (after one warm-up); the median is reported.
 CALLS = 7
@@ -65,16 +65,10 @@ def profile_model(path: str, device: str, n_tokens: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="+")
-    ap.add_argument("--device", default="vulkan")
     ap.add_argument("--tokens", type=int, default=512)
-    ap.add_argument("--json", default=None, help="also write every dispatch's time here")
-    ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                    help="set a tuning knob first (dasllama bench tuning lists them)")
+    add_profile_arguments(ap)
     a = ap.parse_args(argv)
-    from dasllama import _core
-    for k in a.knob:
-        name, _, value = k.partition("=")
-        _core.tuning_set(name, int(value))
+    apply_knobs(a.knob)
     out = []
     for m in a.models:
         p = profile_model(m, a.device, a.tokens)

@@ -22,7 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_decode_profile import report  # noqa: E402  (the same table)
+from gpu_decode_profile import add_profile_arguments, apply_knobs, report  # noqa: E402
 
 SAMPLE_RATE = 16000
 WINDOW_S = 30
@@ -64,18 +64,12 @@ def profile_lane(path: str, device: str, lane: str, windows: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
-    ap.add_argument("--device", default="vulkan")
     ap.add_argument("--lane", action="append", choices=("float32", "int8"),
                     help="compute types to profile (default both)")
     ap.add_argument("--windows", type=int, default=10, help="timed windows (median reported)")
-    ap.add_argument("--json", default=None, help="also write every dispatch's time here")
-    ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                    help="a tuning knob set before the model opens (repeatable)")
+    add_profile_arguments(ap)
     a = ap.parse_args(argv)
-    from dasllama import _core
-    for kv in a.knob:
-        name, _, value = kv.partition("=")
-        _core.tuning_set(name, int(value))
+    apply_knobs(a.knob)
     out = []
     for lane in a.lane or ("float32", "int8"):
         p = profile_lane(a.model, a.device, lane, a.windows)

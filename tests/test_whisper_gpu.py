@@ -186,29 +186,37 @@ def test_int8_lane_serves_within_its_bar(random_models):
     check("encoder seat int8 (random)", rel_l2(got, ref), BAR_INT8, rel_l2(stale, ref))
 
 
+def _knob_pair(tmp_path, monkeypatch, knob: str, otherwise: str, seed: int):
+    """The int8 lane of a random model with 128-wide rows (two heads of 64, the coopmat
+    attention's size) on the seat twice: as the knob's default sets it, and with the knob 0;
+    and a random window. Skips on devices without cooperative matrices (saying what serves
+    there: `otherwise`)."""
+    from dasllama.testing import whisper as tw
+
+    monkeypatch.setitem(tw.RANDOM_WHISPER, "d", 128)
+    folder = tw.write_random_whisper_dir(tmp_path / "d128", seed=4)
+    path = convert_whisper(folder, tmp_path / "d128.gguf")
+    info = open_gpu().info
+    if not info.get("coopmat_khr"):
+        pytest.skip(f"{info.get('name')!r} has no cooperative matrices: {otherwise}")
+    on = _open_gpu_model(path, "int8")
+    _core.tuning_set(knob, 0)
+    try:
+        off = _open_gpu_model(path, "int8")
+    finally:
+        _core.tuning_reset(knob)
+    c = on.config
+    window = np.random.default_rng(seed).standard_normal((c["n_mels"], c["n_frames"]))
+    return on, off, window.astype(np.float32)
+
+
 def test_coopmat_attention_against_attention_f32(tmp_path, monkeypatch):
     """On a device with cooperative matrices, a model whose products round to float16 (here
     the int8 lane's Q8_0 matrices) takes the bidirectional coopmat attention: its output against
     the same seat with the knob off (attention_f32), within BAR_HALF_ATTENTION. Control: the
     output of another window."""
-    from dasllama.testing import whisper as tw
-
-    monkeypatch.setitem(tw.RANDOM_WHISPER, "d", 128)    # two heads of 64, the stamp's size
-    folder = tw.write_random_whisper_dir(tmp_path / "d128", seed=4)
-    path = convert_whisper(folder, tmp_path / "d128.gguf")
-    knob = "vulkan.whisper.attention_coopmat"
-    info = open_gpu().info
-    if not info.get("coopmat_khr"):
-        pytest.skip(f"{info.get('name')!r} has no cooperative matrices: attention_f32 serves")
-    fast = _open_gpu_model(path, "int8")
-    _core.tuning_set(knob, 0)
-    try:
-        portable = _open_gpu_model(path, "int8")
-    finally:
-        _core.tuning_reset(knob)
-    c = fast.config
-    window = np.random.default_rng(5).standard_normal((c["n_mels"], c["n_frames"])).astype(
-        np.float32)
+    fast, portable, window = _knob_pair(tmp_path, monkeypatch, "vulkan.whisper.attention_coopmat",
+                                        "attention_f32 serves", seed=5)
     got, want = fast.encode(window), portable.encode(window)
     assert np.isfinite(got).all() and _seat(fast)["served"] == 1
     assert not np.array_equal(got, want), "the coopmat attention did not serve"
@@ -223,24 +231,9 @@ def test_staged_products_against_unstaged(tmp_path, monkeypatch):
     output against the same seat with vulkan.whisper.staged 0 (matmul_<fmt>_coopmat on float32
     rows, the LayerNorms their own passes), within BAR_STAGED; the profiles say which served.
     Control: the output of another window."""
-    from dasllama.testing import whisper as tw
-
-    monkeypatch.setitem(tw.RANDOM_WHISPER, "d", 128)
-    folder = tw.write_random_whisper_dir(tmp_path / "d128", seed=4)
-    path = convert_whisper(folder, tmp_path / "d128.gguf")
-    knob = "vulkan.whisper.staged"
-    info = open_gpu().info
-    if not info.get("coopmat_khr"):
-        pytest.skip(f"{info.get('name')!r} has no cooperative matrices: nothing is staged")
-    staged = _open_gpu_model(path, "int8")
-    _core.tuning_set(knob, 0)
-    try:
-        unstaged = _open_gpu_model(path, "int8")
-    finally:
-        _core.tuning_reset(knob)
+    staged, unstaged, window = _knob_pair(tmp_path, monkeypatch, "vulkan.whisper.staged",
+                                          "nothing is staged", seed=6)
     c = staged.config
-    window = np.random.default_rng(6).standard_normal((c["n_mels"], c["n_frames"])).astype(
-        np.float32)
     stamps = {}
     for name, m in (("staged", staged), ("unstaged", unstaged)):
         m.set_profiling(True)
