@@ -72,9 +72,9 @@ from .llm import BenchError, _sha256, schedule
 from .record import NOISE_CV
 from .stats import summarize
 
-__all__ = ["ALL_ENGINES", "TESTS", "CLIP_SECONDS", "FIXTURE_ORDER", "Request", "build_clip", "word_errors",
-           "test_name", "Runner", "measure_cell", "rows_for", "benchmark", "add_asr_arguments",
-           "run_asr", "runner_main", "whisper_cpp_file"]
+__all__ = ["ALL_ENGINES", "TESTS", "CLIP_SECONDS", "FIXTURE_ORDER", "Request", "build_clip",
+           "word_errors", "test_name", "Runner", "measure_cell", "rows_for", "benchmark",
+           "add_asr_arguments", "run_asr", "runner_main", "whisper_cpp_file"]
 
 OURS, PEER, WHISPER_CPP = "dasllama", "faster-whisper", "whisper.cpp"
 ENGINES = (OURS, PEER)                     # the default run
@@ -245,10 +245,14 @@ class _WhisperCppInRunner:
     call returns; the first one's time is taken in its new-segment callback."""
 
     def __init__(self, model: str, compute_type: str, threads: int):
-        from importlib.metadata import version
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            self.version = version("pywhispercpp")
+        except PackageNotFoundError:
+            raise BenchError("the whisper.cpp peer needs the pywhispercpp package "
+                             "(pip install pywhispercpp)") from None
         self.path = whisper_cpp_file(Path(model), compute_type)
         self.threads, self.models, self.first_ns = threads, {}, None
-        self.version = version("pywhispercpp")
         self.details = {"version": self.version, "compute_type": compute_type,
                         "ggml_type": _GGML_TYPES[compute_type], "n_threads": threads,
                         "model_file": self.path.name,
@@ -725,8 +729,8 @@ def _memory_line(m: dict) -> str:
 
 
 def format_summary(rec: dict) -> str:
-    """Per cell: dasllama's and faster-whisper's median rtf, their ratio, and the transcripts'
-    agreement; then the memory lines."""
+    """Per cell: dasllama's median rtf, each peer's (faster-whisper, whisper.cpp where it ran)
+    with the ratio, and the transcripts' agreement; then the memory lines."""
     rows = {(r["engine"], r["test"]): r for r in rec["rows"]}
     peers = [e for e in (PEER, WHISPER_CPP) if any(r["engine"] == e for r in rec["rows"])]
     short = {PEER: "fw", WHISPER_CPP: "w.cpp"}
