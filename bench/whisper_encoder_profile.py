@@ -43,7 +43,11 @@ def profile_lane(path: str, device: str, lane: str, windows: int) -> dict:
         if not asr.seat_stats():
             raise SystemExit(f"{path}: no encoder seat on {device} (the CPU chain would run)")
         mel = _window(asr)
+        served = asr.seat_stats()["encoder"]["served"]
         asr.model.encode(mel, False)   # recorded once; the timed windows replay it
+        if asr.seat_stats()["encoder"]["served"] == served:
+            raise SystemExit(f"{path}: the encoder seat declined the window "
+                             f"({asr.seat_stats()['encoder'].get('declined')}): the CPU ran it")
         walls = []
         for _ in range(windows):
             t0 = time.perf_counter()

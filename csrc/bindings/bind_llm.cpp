@@ -77,7 +77,8 @@ void bind_llm(py::module_& m) {
           "included).");
     m.def("gpu_decode_glu_pass", &decode_glu_pass, py::arg("n"),
           "Whether a GPU call of `n` token rows forms the gated FFN activation in its own pass "
-          "before the down projection (the knob vulkan.llm.decode_glu_pass included).");
+          "before the down projection (the knob vulkan.llm.decode_glu_pass included; skipped "
+          "where the down projection takes the integer-dot path).");
     m.def("gpu_prefill_attention_coopmat", &prefill_attention_coopmat, py::arg("n"),
           py::arg("head_dim"), py::arg("head_dim_v"), py::arg("coopmat"),
           "The cooperative-matrix attention stamp a GPU prompt call of `n` query rows takes "

@@ -447,7 +447,7 @@ void GpuForward::record(gpu::Encoder& e, const Shape& shape) {
         e.barrier();
         ProjectionInput gated{c.gelu_ffn ? 3u : 2u, nullptr, ff, 0.0f};
         // On the integer-dot path the quantizer forms act(gate) * up once on its way in, so the
-        // pass would only add a dispatch (8B Q4_K on an H200: 32 of 4.2 us a step).
+        // pass would only add a dispatch (8B Q4_K on an H200: the step 3.94 -> 3.90 ms without).
         const bool down_q8 =
             !gpu::matvec_q8_stamp(l.ffn_down, n, gated.mode, recorded_.exact).empty();
         if (decode_glu_pass(n) && !down_q8) {  // the gate half becomes act(gate) * up, read plain

@@ -35,7 +35,9 @@ std::string prefill_attention_coopmat(int64_t n, int64_t head_dim, int64_t head_
 // (eltwise_glu_*, in place over the gate half) before the down projection, which then reads it
 // plain: one-token decode only (the gate halves of several rows are not contiguous), and the
 // knob vulkan.llm.decode_glu_pass on. The down projection's subgroups otherwise each form the
-// activation of every column again. A pure function of n and the knob.
+// activation of every column again. A pure function of n and the knob; the forward skips the
+// pass all the same where the down projection takes the integer-dot path, whose quantizer
+// forms the activation once itself.
 bool decode_glu_pass(int64_t n);
 
 // The key chunks a decode call of `n` query rows of `n_head` heads over `n_keys` cached keys

@@ -23,7 +23,8 @@
 #define GK_WG 128
 // Values a block holds (and a product's integer dot runs over at one scale).
 #define GK_Q8_BLOCK 32u
-// Threads sharing one block, and the values each of them rounds.
+// Threads sharing one block (the block's max and sum below read four lanes), and the values
+// each of them rounds.
 #define GK_Q8_LANES 4u
 #define GK_Q8_PER_LANE (GK_Q8_BLOCK / GK_Q8_LANES)
 // Blocks a workgroup quantizes.
@@ -90,7 +91,8 @@ GK_KERNEL(quant_q8_1, GK_BUFFERS, GK_ARGS, GK_SHARED, GK_WG)
     lane_sum[tid] = sum;
     GK_BARRIER();
     if (live && lane == 0u) {
-        int total = (lane_sum[tid] + lane_sum[tid + 1u]) + (lane_sum[tid + 2u] + lane_sum[tid + 3u]);
+        int total = (lane_sum[tid] + lane_sum[tid + 1u]) +
+                    (lane_sum[tid + 2u] + lane_sum[tid + 3u]);
         y[dt + b] = gk_pack_half2(d, d * float(total));
     }
 }

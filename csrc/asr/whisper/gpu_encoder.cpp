@@ -115,7 +115,7 @@ struct EncoderGpu::Impl {
     // the head-major queries and attention output, the attention rows, the MLP's hidden rows.
     std::unique_ptr<gpu::Buffer> win, c1, c2, x, h, qkv, qh, ah, attn, ff;
     // The staged products' float16 input panel (n_ctx rows of the widest input); null when
-    // they are off.
+    // they are off (the knob at upload, or float32 matrices).
     std::unique_ptr<gpu::Buffer> panel;
     // The cooperative-matrix attention's stamp ("" when attention_f32 serves) and its float16
     // keys and values, rows padded to the stamp's granule.
@@ -194,7 +194,8 @@ struct EncoderGpu::Impl {
         qkv = make(3 * n * d, "whisper qkv");
         attn = make(n * d, "whisper attention rows");
         ff = make(e.ff * n, "whisper mlp rows");
-        if (coopmat && kStagedProducts.get() != 0)
+        // float32 matrices never stage (gpu::staged_panel)
+        if (coopmat && kStagedProducts.get() != 0 && layers.front().qkv.m.format != "f32")
             panel = dev->alloc((size_t(n) * size_t(std::max(d, e.ff)) * 2 + 15) / 16 * 16,
                                "whisper staged panel");
         full_attention = full_attention_stamp(layers.front().qkv.m.format);

@@ -240,9 +240,13 @@ def whisper_cpp_file(folder: Path, compute_type: str) -> Path:
 class _WhisperCppInRunner:
     """whisper.cpp through pywhispercpp on the ggml file written from the same directory, with
     the other engines' options: temperature 0 and no fallback, English, timestamps, the
-    previous text as the prompt, non-speech tokens suppressed; greedy or beam search (a model
-    each: pywhispercpp fixes the strategy when it opens one). Segments come back when the
-    call returns; the first one's time is taken in its new-segment callback."""
+    previous window's text as the prompt within a clip, non-speech tokens suppressed; greedy or
+    beam search (a model each: pywhispercpp fixes the strategy when it opens one). Every
+    request starts afresh, as the other engines' do: whisper.cpp keeps the text it decoded in
+    its context between calls and carries it in as the next call's prompt unless no_context
+    is set (which still conditions each window on the previous one within a call). Segments
+    come back when the call returns; the first one's time is taken in its new-segment
+    callback."""
 
     def __init__(self, model: str, compute_type: str, threads: int):
         from importlib.metadata import PackageNotFoundError, version
@@ -264,7 +268,7 @@ class _WhisperCppInRunner:
             self.models[beam] = Model(
                 str(self.path), params_sampling_strategy=0 if beam == 1 else 1,
                 redirect_whispercpp_logs_to=None, n_threads=self.threads, print_progress=False,
-                print_realtime=False, language="en", no_context=False, temperature=0.0,
+                print_realtime=False, language="en", no_context=True, temperature=0.0,
                 temperature_inc=0.0, suppress_nst=True, greedy={"best_of": 1},
                 beam_search={"beam_size": beam, "patience": 1.0})
         return self.models[beam]
@@ -275,7 +279,7 @@ class _WhisperCppInRunner:
         got = model.transcribe(samples, new_segment_callback=lambda _s: stamps.append(
             time.perf_counter_ns()))
         self.first_ns = stamps[0] - t0 if stamps else None
-        # whisper.cpp's segment texts lack the leading space the other engines' carry
+        # pywhispercpp strips the leading space the other engines' segment texts carry
         return [_Segment(" " + s.text.lstrip()) for s in got]
 
 
