@@ -96,6 +96,13 @@ def apply_knobs(knobs) -> None:
         _core.tuning_set(name, int(value))
 
 
+def write_json(path, profiles: list) -> None:
+    """Every profile, each dispatch's time included, to `path` (the --json option; None: none)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(profiles, f, indent=1)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="+")
@@ -108,9 +115,7 @@ def main(argv=None) -> int:
         p = profile_model(m, a.device, a.steps)
         print(report(p), flush=True)
         out.append(p)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
+    write_json(a.json, out)
     return 0
 
 

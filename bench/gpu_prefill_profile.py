@@ -13,14 +13,14 @@ unprofiled call.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_decode_profile import add_profile_arguments, apply_knobs, report  # noqa: E402
+from gpu_decode_profile import (add_profile_arguments, apply_knobs, report,  # noqa: E402
+                                write_json)
 
 # Back-to-back timed prompt calls (after one warm-up); the median is reported.
 CALLS = 7
@@ -77,9 +77,7 @@ def main(argv=None) -> int:
         print(f"  after a {PAUSE_S:.1f} s pause: wall {p['wall_after_pause_us']:.1f} us "
               f"({a.tokens * 1e6 / p['wall_after_pause_us']:.0f} t/s)", flush=True)
         out.append(p)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
+    write_json(a.json, out)
     return 0
 
 

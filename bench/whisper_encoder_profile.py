@@ -15,14 +15,14 @@ unprofiled window.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_decode_profile import add_profile_arguments, apply_knobs, report  # noqa: E402
+from gpu_decode_profile import (add_profile_arguments, apply_knobs, report,  # noqa: E402
+                                write_json)
 
 SAMPLE_RATE = 16000
 WINDOW_S = 30
@@ -79,9 +79,7 @@ def main(argv=None) -> int:
         p = profile_lane(a.model, a.device, lane, a.windows)
         print(report(p, 1, "a window", "windows/s"), flush=True)
         out.append(p)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
+    write_json(a.json, out)
     return 0
 
 
