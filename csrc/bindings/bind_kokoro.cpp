@@ -197,6 +197,20 @@ void bind_kokoro(py::module_& m) {
             k.gpu()->set_enabled(on);
         }, py::arg("seat"), py::arg("on"),
            "Turns the vocoder seat on or off; a seat that is off declines with reason 'knob'.")
+        .def("set_profiling", [](KokoroModel& k, bool on) {
+                 if (k.gpu()) k.gpu()->set_profiling(on);
+             }, py::arg("on"),
+             "Times every dispatch of the vocoder seat's next calls (see last_profile); nothing "
+             "on the CPU.")
+        .def("last_profile", [](const KokoroModel& k) {
+                 py::list out;
+                 if (k.gpu())
+                     for (const gpu::KernelTime& t : k.gpu()->last_profile())
+                         out.append(py::make_tuple(t.stamp, t.microseconds));
+                 return out;
+             },
+             "[(stamp, microseconds)] of each dispatch of the seat's last call, when profiling; "
+             "[] on the CPU.")
         .def_property_readonly("pool_jobs", [](const KokoroModel& k) {
             return k.pool().jobs_run();
         }, "Jobs the model's thread pool has handed to its workers since the model was made "

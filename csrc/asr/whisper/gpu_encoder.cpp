@@ -9,6 +9,7 @@
 #include "core/tuning.h"
 #include "cpu/ops.h"
 #include "gk_args.h"
+#include "gpu/conv.h"
 #include "gpu/matrix.h"
 #include "nn/tensor_reader.h"
 
@@ -67,6 +68,7 @@ struct DevLinear {
 
 struct DevConv {
     std::unique_ptr<gpu::Buffer> w, b;
+    gpu::ConvPanel panel;   // the float16 lane's, where conv1d_coopmat serves
     int64_t c_in = 0, c_out = 0, stride = 1;
 };
 
@@ -156,7 +158,11 @@ struct EncoderGpu::Impl {
     DevConv conv(const nn::TensorReader& r, const std::string& p, int64_t c_out, int64_t c_in,
                  int64_t stride) {
         DevConv c;
-        c.w = floats(r.floats(p + ".weight", {c_out, c_in, kConvTaps}), "whisper conv");
+        const std::vector<float> w = r.floats(p + ".weight", {c_out, c_in, kConvTaps});
+        c.w = floats(w, "whisper conv");
+        if (half_products && gpu::conv_coopmat_usable(*dev))
+            c.panel = gpu::upload_conv_panel(*dev, w.data(), c_out, c_in, kConvTaps,
+                                             "whisper conv panel", *weight_bytes);
         c.b = floats(r.floats(p + ".bias", {c_out}), "whisper conv bias");
         c.c_in = c_in;
         c.c_out = c_out;
@@ -242,7 +248,9 @@ struct EncoderGpu::Impl {
         a.div = 1.0f;
         a.in_up = 1;
         const int64_t window = (kTileColumns - 1) * c.stride + (kConvTaps - 1) + 1;
-        if (kConvTaps <= kTileMaxTaps && window <= kTileMaxWindow)
+        if (c.panel)
+            gpu::conv1d_coopmat(enc, c.panel, a, in, *c.b, out);
+        else if (kConvTaps <= kTileMaxTaps && window <= kTileMaxWindow)
             enc.dispatch(gpu::require_stamp("conv1d_tiled"), {&in, c.w.get(), c.b.get(), &out}, a,
                          u32((l_out + kTileColumns - 1) / kTileColumns),
                          u32((c.c_out + kTileChannels - 1) / kTileChannels));

@@ -26,6 +26,8 @@ enum : uint32_t { kActNone = 0, kActLeaky = 1, kActSnake = 2 };
 
 // conv1d_tiled's tile and limits (shaders/kernels/conv1d.gk.h: GK_CONV_TO, _TT, _KMAX, _WMAX).
 constexpr int64_t kTileChannels = 32, kTileColumns = 64, kTileMaxTaps = 12, kTileMaxWindow = 512;
+// conv1d_coopmat's columns a workgroup (GK_CCM_TILE_T), and the groups every device allows in x.
+constexpr int64_t kPanelColumns = 64, kMaxGroupsX = 65535;
 
 // Whether the tiled stamp covers a convolution: dense, its taps and input window in the tile's
 // workgroup memory.
@@ -123,7 +125,9 @@ struct VocoderGpu::Impl {
         a.out_mode = mode;
         a.div = kSqrt2;
         a.in_up = u32(in_up);
-        if (conv1d_tiled_fits(c))
+        if (c.panel && (l_out + kPanelColumns - 1) / kPanelColumns <= kMaxGroupsX)
+            gpu::conv1d_coopmat(e, c.panel, a, x, *bias_of(c), out);
+        else if (conv1d_tiled_fits(c))
             e.dispatch(gpu::require_stamp("conv1d_tiled"), {&x, c.w.get(), bias_of(c), &out}, a,
                        u32((l_out + kTileColumns - 1) / kTileColumns),
                        u32((c.c_out + kTileChannels - 1) / kTileChannels));
@@ -154,8 +158,11 @@ struct VocoderGpu::Impl {
         a.slope = slope;
         a.out_mode = mode;
         a.shift = u32(shift);
-        e.dispatch(gpu::require_stamp("conv_tr1d"), {&x, c.w.get(), bias_of(c), &out}, a,
-                   grid(c.c_out * (l_out + shift)));
+        if (c.panel)
+            gpu::conv_tr1d_coopmat(e, c.panel, a, x, *bias_of(c), out);
+        else
+            e.dispatch(gpu::require_stamp("conv_tr1d"), {&x, c.w.get(), bias_of(c), &out}, a,
+                       grid(c.c_out * (l_out + shift)));
         ++dispatches;
         return l_out;
     }
@@ -367,6 +374,10 @@ VocoderGpu::~VocoderGpu() = default;
 std::string VocoderGpu::device_name() const { return p_->dev->info().name; }
 
 const VocoderGpuDims& VocoderGpu::dims() const { return p_->v.dims; }
+
+void VocoderGpu::set_profiling(bool on) { p_->dev->set_profiling(on); }
+
+std::vector<gpu::KernelTime> VocoderGpu::last_profile() const { return p_->dev->last_profile(); }
 
 void VocoderGpu::decline(gpu::Decline why, const std::string& reason) {
     stats_.decline(why);

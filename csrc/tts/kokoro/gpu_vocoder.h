@@ -6,9 +6,11 @@
 // buffers; the float ones (transposed convolutions, conv_post, the STFT's window and basis) are
 // uploaded as they are. One call records one command buffer: every dispatch a stamp of the
 // shared templates (adain, conv1d, conv_tr1d, harmonic_source, stft, istft, mean_rows, rows),
-// with a barrier between dependent ones. The CPU chain quantizes its activations to int8 on the
-// fly; this seat computes in float32 throughout, so the two differ by that quantization (the
-// bar of tests/test_kokoro_gpu.py, measured).
+// with a barrier between dependent ones. On devices with cooperative matrices the dense
+// convolutions, plain and transposed, of 32 input channels or more run conv1d_coopmat
+// (gpu/conv.h: float16 operands, float32 sums; knob vulkan.conv.coopmat). The CPU chain quantizes its activations to int8 on
+// the fly; this seat computes in float32 (or float16 operands), so the two differ by that
+// quantization (the bar of tests/test_kokoro_gpu.py, measured).
 //
 // A call declines (and the CPU chain serves it) when the seat is off (knob: DASLLAMA_SEAT_VOCODER=0
 // or set_enabled), when the weights or the call need what the kernels do not cover (shape:
@@ -22,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/device.h"
 #include "gpu/seat.h"
 #include "tts/kokoro/gpu_admission.h"
 #include "tts/kokoro/weights.h"
@@ -46,6 +49,10 @@ public:
     const VocoderGpuDims& dims() const;
     void set_enabled(bool on) { on_ = on; }
     bool enabled() const { return on_; }
+    // Times every dispatch of the next calls (the device's timestamps); last_profile() holds
+    // the times of the last call served.
+    void set_profiling(bool on);
+    std::vector<gpu::KernelTime> last_profile() const;
 
     // Whether the seat takes a call of `frames` frames; plain: no SineGen noise and no peer's
     // source spectrum. Counts the decline (and sets last_reason) when not.

@@ -12,6 +12,11 @@ namespace {
 
 const std::string kG = "decoder.generator";
 
+// Input channels from which a dense convolution (plain or transposed) gets a float16 panel where
+// the device has cooperative matrices: narrower ones (the F0 and energy curves, the source spectrum) are little
+// work and keep their float32 inputs.
+constexpr int64_t kPanelMinInputs = 32;
+
 // onnxruntime's float32 pi in the DFT's angle step (nn/stft.cpp computes its twiddles so).
 constexpr float kDftPi = 3.14159265f;
 
@@ -19,6 +24,7 @@ struct Loader {
     gpu::Device& dev;
     const KokoroWeights& w;
     uint64_t& bytes;
+    bool panels = gpu::conv_coopmat_usable(dev);
     int64_t largest = 0;
 
     std::unique_ptr<gpu::Buffer> up(const std::vector<float>& v, const std::string& label) {
@@ -51,7 +57,11 @@ struct Loader {
         c.c_out = q.dim(0);
         c.c_in = q.dim(1) * c.a.groups;
         c.k = q.dim(2);
-        c.w = up(dequantize(q, m, 1), m);
+        const std::vector<float> f = dequantize(q, m, 1);
+        c.w = up(f, m);
+        if (panels && c.a.groups == 1 && c.c_in >= kPanelMinInputs)
+            c.panel = gpu::upload_conv_panel(dev, f.data(), c.c_out, c.c_in, c.k,
+                                             (m + " panel").c_str(), bytes);
         if (w.has(m + ".bias")) c.b = up(w.floats(m + ".bias", {c.c_out}), m + ".bias");
         return c;
     }
@@ -65,6 +75,10 @@ struct Loader {
         c.c_out = t.dim(1) * c.a.groups;
         c.k = t.dim(2);
         c.w = up(std::vector<float>(t.f32(), t.f32() + t.numel()), m);
+        if (panels && c.c_in >= kPanelMinInputs &&
+            gpu::conv_tr_panel_fits(c.k, c.a.stride, c.a.dilation, c.a.groups))
+            c.panel = gpu::upload_conv_tr_panel(dev, t.f32(), c.c_in, c.c_out, c.k, c.a.stride,
+                                                (m + " panel").c_str(), bytes);
         if (w.has(m + ".bias")) c.b = up(w.floats(m + ".bias", {c.c_out}), m + ".bias");
         return c;
     }

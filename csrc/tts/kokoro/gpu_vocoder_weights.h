@@ -9,15 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "gpu/conv.h"
 #include "gpu/device.h"
 #include "tts/kokoro/gpu_admission.h"
 #include "tts/kokoro/weights.h"
 
 namespace dasllama::kokoro {
 
-// A convolution (plain or transposed) on the device: weight in torch's layout, optional bias.
+// A convolution (plain or transposed) on the device: weight in torch's layout, optional bias,
+// and for the dense ones the seat runs on cooperative matrices their float16 panel.
 struct DevConv {
     std::unique_ptr<gpu::Buffer> w, b;
+    gpu::ConvPanel panel;
     int64_t c_in = 0, c_out = 0, k = 0;
     ConvAttrs a;
     int64_t out_length(int64_t n) const;      // a plain convolution's
