@@ -4,6 +4,7 @@ same call and the stage times of an unprofiled 50-frame request (their gap is wh
 spends between dispatches and the host on recording, submits, waits and the CPU's part).
 
     python bench/tts_gpu_profile.py MODEL.gguf [--device vulkan] [--frames 6] [--json OUT.json]
+                                    [--knob NAME=VALUE]
 
 Timing only, never a pass/fail test: run it on the machine whose figures you quote. Profiled
 calls bracket every dispatch with timestamps, and record their command buffers anew (the
@@ -14,11 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 
 from dasllama import _core
 from dasllama.tts import TTS
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_decode_profile import add_profile_arguments, apply_knobs  # noqa: E402
 
 SENTENCE = "The quick brown fox jumps over the lazy dog near the quiet river."
 REPLAY = "vulkan.pocket.replay"
@@ -56,10 +62,10 @@ def _summary(label: str, walls: list, profiles: list) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
-    ap.add_argument("--device", default="vulkan")
     ap.add_argument("--frames", type=int, default=6, help="frames of the profiled batch")
-    ap.add_argument("--json", help="write the rows here")
+    add_profile_arguments(ap)
     args = ap.parse_args()
+    apply_knobs(args.knob)
     out = dict(model=args.model, device=args.device, rows=[])
     with TTS(args.model, device=args.device) as tts:
         m = tts.model

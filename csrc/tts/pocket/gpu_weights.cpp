@@ -6,6 +6,8 @@
 
 #include "core/errors.h"
 #include "core/formats.h"
+#include "core/tuning.h"
+#include "cpu/ops.h"
 
 namespace dasllama::pocket {
 
@@ -95,9 +97,34 @@ DeviceTransformer upload_transformer(gpu::Device& dev, const TransformerWeights&
     return d;
 }
 
+// Whether Mimi's convolutions go up as float16 where the device has cooperative matrices and
+// the backbone's matrices are not float32 (the served lane; the f32 lane, the parity reference,
+// keeps float32): their products then run on cooperative matrices, as the backbone's do.
+const tuning::Knob& kCodecHalf = tuning::define(
+    "vulkan.pocket.codec_f16", 1, 0, 1,
+    "1: Mimi's convolutions as float16 matrices (cooperative-matrix products) where the device "
+    "has them and the model is not float32; 0: float32");
+
+// Rows (output channels, or taps x outputs) from which a convolution's matrix goes up as
+// float16 (the last one, to the audio samples, has one and stays float32).
+constexpr int64_t kHalfMinOutputs = 16;
+
+// A packed convolution matrix [rows, cols]: float16 when `half` and it has the rows to gain
+// from it, else float32.
+DeviceMatrix upload_packed(gpu::Device& dev, const std::vector<float>& packed, int64_t rows,
+                           int64_t cols, const char* label, uint64_t& bytes, bool half) {
+    if (!half || rows < kHalfMinOutputs) return upload_f32(dev, packed, rows, cols, label, bytes);
+    static const TypeTraits* f16 = type_traits("F16");
+    std::vector<uint16_t> h(packed.size());
+    for (int64_t r = 0; r < rows; ++r)
+        cpu::f32_to_f16_row(&packed[size_t(r * cols)], &h[size_t(r * cols)], cols);
+    return gpu::upload_matrix(dev, *f16, cols, {{reinterpret_cast<const uint8_t*>(h.data()), rows}},
+                              label, bytes);
+}
+
 // Conv1d (Cout, Cin, K) -> (Cout, K * Cin): one output row is one im2col row times a row.
 DeviceConv upload_conv(gpu::Device& dev, const ConvWeights& w, const char* label,
-                       uint64_t& bytes) {
+                       uint64_t& bytes, bool half) {
     DeviceConv d;
     d.cout = w.d0;
     d.cin = w.d1;
@@ -107,14 +134,14 @@ DeviceConv upload_conv(gpu::Device& dev, const ConvWeights& w, const char* label
         for (int64_t i = 0; i < d.cin; ++i)
             for (int64_t k = 0; k < d.k; ++k)
                 packed[size_t((o * d.k + k) * d.cin + i)] = w.weight[size_t((o * d.cin + i) * d.k + k)];
-    d.w = upload_f32(dev, packed, d.cout, d.k * d.cin, label, bytes);
+    d.w = upload_packed(dev, packed, d.cout, d.k * d.cin, label, bytes, half);
     d.bias = upload_floats(dev, w.bias, label, bytes);
     return d;
 }
 
 // ConvTranspose1d (Cin, Cout, K) -> (K * Cout, Cin): row k * Cout + o is tap k of output o.
 DeviceConv upload_conv_tr(gpu::Device& dev, const ConvWeights& w, const char* label,
-                          uint64_t& bytes) {
+                          uint64_t& bytes, bool half) {
     DeviceConv d;
     d.cin = w.d0;
     d.cout = w.d1;
@@ -124,7 +151,7 @@ DeviceConv upload_conv_tr(gpu::Device& dev, const ConvWeights& w, const char* la
         for (int64_t o = 0; o < d.cout; ++o)
             for (int64_t k = 0; k < d.k; ++k)
                 packed[size_t((k * d.cout + o) * d.cin + i)] = w.weight[size_t((i * d.cout + o) * d.k + k)];
-    d.w = upload_f32(dev, packed, d.k * d.cout, d.cin, label, bytes);
+    d.w = upload_packed(dev, packed, d.k * d.cout, d.cin, label, bytes, half);
     d.bias = upload_floats(dev, w.bias, label, bytes);
     return d;
 }
@@ -221,14 +248,18 @@ DeviceMimi upload_mimi(gpu::Device& dev, const PocketConfig& c, const PocketWeig
     d.quant_proj = upload_matrix(dev, w.quant_proj, "mimi.quant_proj", d.bytes);
     if (c.upsample_stride > 1) d.upsample = upload_floats(dev, w.upsample, "mimi.upsample", d.bytes);
     d.tf = upload_transformer(dev, w.dec_tf, d.bytes);
-    d.in = upload_conv(dev, w.dec.in, "mimi.dec.in", d.bytes);
-    d.out = upload_conv(dev, w.dec.out, "mimi.dec.out", d.bytes);
+    const bool half = kCodecHalf.get() != 0 && dev.info().coopmat_khr && !w.lm.layers.empty() &&
+                      w.lm.layers.front().wq.type->type != GgmlType::F32;
+    d.in = upload_conv(dev, w.dec.in, "mimi.dec.in", d.bytes, half);
+    d.out = upload_conv(dev, w.dec.out, "mimi.dec.out", d.bytes, half);
     for (size_t s = 0; s < w.dec.resample.size(); ++s) {
         DeviceSeanetStage st;
-        st.up = upload_conv_tr(dev, w.dec.resample[s], "mimi.dec.up", d.bytes);
+        st.up = upload_conv_tr(dev, w.dec.resample[s], "mimi.dec.up", d.bytes, half);
         for (size_t r = 0; r < w.dec.conv1[s].size(); ++r) {
-            st.conv1.push_back(upload_conv(dev, w.dec.conv1[s][r], "mimi.dec.conv1", d.bytes));
-            st.conv2.push_back(upload_conv(dev, w.dec.conv2[s][r], "mimi.dec.conv2", d.bytes));
+            st.conv1.push_back(
+                upload_conv(dev, w.dec.conv1[s][r], "mimi.dec.conv1", d.bytes, half));
+            st.conv2.push_back(
+                upload_conv(dev, w.dec.conv2[s][r], "mimi.dec.conv2", d.bytes, half));
         }
         d.stages.push_back(std::move(st));
     }
