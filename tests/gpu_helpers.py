@@ -49,6 +49,21 @@ def gpu():
     return open_gpu()
 
 
+def open_coopmat_gpu(stamps):
+    """open_gpu(), skipping on a device without cooperative matrices (a true unavailability,
+    also under CI) and failing when this build lacks SPIR-V for any of `stamps`."""
+    from dasllama import _core
+    g = open_gpu()
+    if not g.info.get("coopmat_khr"):
+        pytest.skip(f"{g.info.get('name')!r} offers no cooperative matrices usable by the "
+                    "coopmat stamps")
+    built = {s["name"]: s for s in _core.gpu_stamps()}
+    for name in stamps:
+        if not built.get(name, {}).get("spirv_words"):
+            pytest.fail(f"this build has no SPIR-V for {name}")
+    return g
+
+
 def pack_args(fmt: str, *values) -> bytes:
     """The argument block of a stamp: 4-byte scalars in GK_ARGS order, e.g.
     pack_args("IIf", n, off, scale) for A(uint, n) A(uint, off) A(float, scale)."""

@@ -30,7 +30,7 @@ import zlib
 import numpy as np
 import pytest
 
-from gpu_helpers import ceil_div, nan_filled, open_gpu, pack_args, rel_l2
+from gpu_helpers import ceil_div, nan_filled, open_coopmat_gpu, pack_args, rel_l2
 from test_gpu_attention import _attend
 
 BAR = 1e-3
@@ -41,16 +41,7 @@ STAMPS = ("attention_prefill_cm_64", "attention_prefill_cm_128", "attention_pref
 
 @pytest.fixture(scope="module")
 def gpu():
-    from dasllama import _core
-    g = open_gpu()
-    if not g.info.get("coopmat_khr"):
-        pytest.skip(f"{g.info.get('name')!r} offers no cooperative matrices usable by the "
-                    "coopmat stamps")
-    built = {s["name"]: s for s in _core.gpu_stamps()}
-    for name in STAMPS:
-        if not built.get(name, {}).get("spirv_words"):
-            pytest.fail(f"this build has no SPIR-V for {name}")
-    return g
+    return open_coopmat_gpu(STAMPS)
 
 
 CASES = {

@@ -29,7 +29,7 @@ import zlib
 import numpy as np
 import pytest
 
-from gpu_helpers import ceil_div, nan_filled, open_gpu, pack_args, rel_l2
+from gpu_helpers import ceil_div, nan_filled, open_coopmat_gpu, pack_args, rel_l2
 
 BAR = 1e-5
 CONTROL = 10
@@ -41,15 +41,7 @@ ARGS = "IIIIIIIIIIIIIfIfIIII"   # conv1d_coopmat's GK_ARGS
 
 @pytest.fixture(scope="module")
 def gpu():
-    from dasllama import _core
-    g = open_gpu()
-    if not g.info.get("coopmat_khr"):
-        pytest.skip(f"{g.info.get('name')!r} offers no cooperative matrices usable by the "
-                    "coopmat stamps")
-    built = {s["name"]: s for s in _core.gpu_stamps()}
-    if not built.get("conv1d_coopmat", {}).get("spirv_words"):
-        pytest.fail("this build has no SPIR-V for conv1d_coopmat")
-    return g
+    return open_coopmat_gpu(["conv1d_coopmat"])
 
 
 def _panel(w: np.ndarray) -> tuple:

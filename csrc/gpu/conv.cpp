@@ -65,6 +65,19 @@ gk_args::conv1d_coopmat base_args(const ConvPanel& p, uint32_t c_in, uint32_t c_
     return c;
 }
 
+// The fields conv1d's and conv_tr1d's arguments share, into c.
+template <typename Args>
+void copy_shared(gk_args::conv1d_coopmat& c, const Args& a) {
+    c.l_out = a.l_out;
+    c.pad_left = a.pad_left;
+    c.x_off = a.x_off;
+    c.y_off = a.y_off;
+    c.has_bias = a.has_bias;
+    c.in_act = a.in_act;
+    c.slope = a.slope;
+    c.out_mode = a.out_mode;
+}
+
 uint32_t groups_of(int64_t items, int64_t per_group) {
     return uint32_t((items + per_group - 1) / per_group);
 }
@@ -110,17 +123,10 @@ void conv1d_coopmat(Encoder& e, const ConvPanel& p, const gk_args::conv1d& a, Bu
         throw ShapeError("conv1d_coopmat: groups " + std::to_string(a.groups) + " or a " +
                          "transposed convolution's panel for a plain convolution");
     gk_args::conv1d_coopmat c = base_args(p, a.c_in, a.c_out, a.taps, "conv1d_coopmat");
+    copy_shared(c, a);
     c.l_in = a.l_in;
-    c.l_out = a.l_out;
     c.stride = a.stride;
     c.dilation = a.dilation;
-    c.pad_left = a.pad_left;
-    c.x_off = a.x_off;
-    c.y_off = a.y_off;
-    c.has_bias = a.has_bias;
-    c.in_act = a.in_act;
-    c.slope = a.slope;
-    c.out_mode = a.out_mode;
     c.div = a.div;
     c.in_up = a.in_up;
     c.y_row = a.l_out;
@@ -138,17 +144,10 @@ void conv_tr1d_coopmat(Encoder& e, const ConvPanel& p, const gk_args::conv_tr1d&
                          std::to_string(p.phases) + " phases of " + std::to_string(p.taps));
     gk_args::conv1d_coopmat c = base_args(p, a.c_in, a.c_out, uint32_t(p.taps),
                                           "conv_tr1d_coopmat");
+    copy_shared(c, a);
     c.l_in = a.n_in;
-    c.l_out = a.l_out;
     c.stride = 1;
     c.dilation = 1;
-    c.pad_left = a.pad_left;
-    c.x_off = a.x_off;
-    c.y_off = a.y_off;
-    c.has_bias = a.has_bias;
-    c.in_act = a.in_act;
-    c.slope = a.slope;
-    c.out_mode = a.out_mode;
     c.div = 1.0f;
     c.in_up = 1;
     c.y_row = a.l_out + a.shift;
