@@ -72,7 +72,8 @@ def profile_chunk(path: str, chunk: dict, device: str, threads: int, calls: int)
             "ids": len(ids), "frames": frames, "chunk_ms": chunk_ms, "predict_ms": predict_ms,
             "predictor_ms": predictor,
             # report() lists the first len / n_layer dispatches: about sixteen of them
-            "n_layer": max(1, len(timings) // 16), "wall_step_us": 1e3 * (chunk_ms - predict_ms), "dispatches": timings}
+            "n_layer": max(1, len(timings) // 16),
+            "wall_step_us": 1e3 * (chunk_ms - predict_ms), "dispatches": timings}
 
 
 def main(argv=None) -> int:

@@ -11,7 +11,7 @@ error is float32 rounding carried through the layers: measured 3.4e-7 (random mo
 where the CPU rounds its activations to 8 bits per block (on devices with cooperative matrices
 its weights, activations and attention round to float16 instead): measured 9.9e-3 on lavapipe,
 1.34e-2 on an H200 (random model; the roundings are deterministic, so the bar is 1.1x the
-larger). The coopmat attention against attention_f32 on one seat: BAR_HALF_ATTENTION; the
+larger; measured before the conv stem there took float16 operands too, with which it passed). The coopmat attention against attention_f32 on one seat: BAR_HALF_ATTENTION; the
 staged products against the unstaged ones on one seat: BAR_STAGED; the conv stem on
 cooperative matrices against conv1d_tiled on one seat: BAR_CONV_COOPMAT. Negative
 controls, each past its bar at least tenfold: f32, the model with one weight matrix scaled by

@@ -11,7 +11,7 @@
 // Wt[i, o, r + S j] * act(x(i, m - j)), a plain convolution over x with taps reversed. Phase r
 // is workgroup row z = r, with its own panel; outputs of one phase are S columns apart.
 // The row of channel o holds y_row columns (l_out, or l_out + shift), column j = p + shift, and
-// with shift 1 column 0 takes p = 1 as well (p = -1 mirrored: the generator's
+// with shift 1 (and l_out of 2 or more) column 0 takes p = 1 as well (p = -1 mirrored: the generator's
 // ReflectionPad1d((1, 0)), as conv_tr1d.gk.h). Then y[y_off + o * y_row + j] =
 //   out_mode 0: v     1: v + y (a residual sum)     2: (v + y) / div (a residual block's shortcut)
 //
@@ -29,7 +29,7 @@
 // are issued before this step's products, as in matmul_coopmat.gk.h. Tiles past the last channel
 // or column are zero-filled. The accumulators leave through a 16 x 16 float staging area per
 // subgroup, row-major, so sixteen lanes write sixteen columns of one channel.
-// Workgroup memory: 64 * 40 * 2 + 32 * 72 * 2 + 4 * 256 * 4 bytes = 13.3 KiB.
+// Workgroup memory: 64 * 40 * 2 + 32 * 72 * 2 + 4 * 256 * 4 bytes = 13.5 KiB.
 // Vulkan only (shaders/stamp.py compiles it with the cooperative-matrix glslang); devices
 // without cooperative matrices, and Metal, run conv1d_tiled and conv_tr1d.
 #include "../gk/gk.h"

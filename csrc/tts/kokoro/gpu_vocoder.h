@@ -8,9 +8,10 @@
 // shared templates (adain, conv1d, conv_tr1d, harmonic_source, stft, istft, mean_rows, rows),
 // with a barrier between dependent ones. On devices with cooperative matrices the dense
 // convolutions, plain and transposed, of 32 input channels or more run conv1d_coopmat
-// (gpu/conv.h: float16 operands, float32 sums; knob vulkan.conv.coopmat). The CPU chain quantizes its activations to int8 on
-// the fly; this seat computes in float32 (or float16 operands), so the two differ by that
-// quantization (the bar of tests/test_kokoro_gpu.py, measured).
+// (gpu/conv.h: float16 operands, float32 sums; knob vulkan.conv.coopmat). The CPU chain
+// quantizes its activations to int8 on the fly; this seat computes in float32 (or float16
+// operands), so the two differ by that quantization (the bar of tests/test_kokoro_gpu.py,
+// measured).
 //
 // A call declines (and the CPU chain serves it) when the seat is off (knob: DASLLAMA_SEAT_VOCODER=0
 // or set_enabled), when the weights or the call need what the kernels do not cover (shape:

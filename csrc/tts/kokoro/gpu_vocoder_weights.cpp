@@ -13,8 +13,8 @@ namespace {
 const std::string kG = "decoder.generator";
 
 // Input channels from which a dense convolution (plain or transposed) gets a float16 panel where
-// the device has cooperative matrices: narrower ones (the F0 and energy curves, the source spectrum) are little
-// work and keep their float32 inputs.
+// the device has cooperative matrices: narrower ones (the F0 and energy curves, the source
+// spectrum) are little work and keep their float32 inputs.
 constexpr int64_t kPanelMinInputs = 32;
 
 // onnxruntime's float32 pi in the DFT's angle step (nn/stft.cpp computes its twiddles so).
