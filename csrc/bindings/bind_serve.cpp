@@ -84,8 +84,16 @@ void bind_serve(py::module_& m) {
         .def("active", &BatchEngine::active, py::arg("slot"))
         .def("n_past", &BatchEngine::n_past, py::arg("slot"))
         .def("pending", &BatchEngine::pending, py::arg("slot"))
-        .def("seat_stats", [](const BatchEngine& e) { return seat_stats_dict(e.seat_stats()); },
-             "{'batch': counters} on a model opened on a GPU (steps declined: 'shape'); {} on the CPU.")
+        .def("seat_stats", [](const BatchEngine& e) {
+            py::dict out = seat_stats_dict(e.seat_stats());
+            if (out.contains("batch")) {
+                py::dict b = out["batch"];
+                b["reason"] = e.seat_reason();
+                b["device_kv_bytes"] = e.device_kv_bytes();
+            }
+            return out;
+        }, "{'batch': served, declined by reason, dispatches, uploads, reason (why the last "
+           "decline), device_kv_bytes} on a model opened on a GPU; {} on the CPU.")
         .def_property_readonly("stats", [](const BatchEngine& e) {
             const serve::EngineStats& s = e.stats();
             py::dict d;

@@ -25,6 +25,8 @@ using gpu::stride_groups;
 // Threads of the element-wise and table kernels (their GK_WG).
 constexpr uint32_t kEltwiseGroup = 256;
 constexpr uint32_t kRopeTableGroup = 64;
+// Workgroups one dispatch takes (stride_groups' cap); rope_table has no stride loop.
+constexpr uint32_t kMaxRopeGroups = 65535;
 // Query rows up to which attention_decode (a workgroup per head and row) serves; longer calls
 // take the tiled attention_prefill.
 constexpr int64_t kAttnDecodeMaxTokens = 8;
@@ -271,72 +273,78 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
     }
     e.barrier();
 
-    // Bias, q/k norms, rope, and the K/V rows into the cache, in one pass.
-    const RopeTab& rt = *ropes_[layer_rope_[size_t(il)]];
-    gk::qkv_rope_store r{};
-    r.n_head = u32(c.n_head);
-    r.n_head_kv = u32(c.n_head_kv);
-    r.head_dim = u32(c.head_dim);
-    r.n_rot = u32(c.n_rot);
-    r.qkv_off = 0;
-    r.qkv_stride = row;
-    r.dst_pos = 0;  // the call's position is step_[0]
-    r.tab_off = 0;
-    r.flags = (c.qk_norm ? 1u : 0u) | (c.qkv_bias ? 2u : 0u);
-    r.eps = float(c.rms_eps);
+    // Bias, q/k norms, rope, and the K/V rows into the cache, in one pass a sequence.
+    const size_t rope = layer_rope_[size_t(il)];
+    gpu::Buffer& tab = call_.rope_tabs ? *(*call_.rope_tabs)[rope] : *ropes_[rope]->tab;
+    gpu::Buffer& kc = *(*call_.k)[size_t(il)];
+    gpu::Buffer& vc = *(*call_.v)[size_t(il)];
     gpu::Buffer* dummy = dummy_.get();
     const bool neox = c.rope_layout == RopeLayout::Neox;
-    e.dispatch(require_stamp(neox ? "qkv_rope_store_neox" : "qkv_rope_store_norm"),
-               {qkv_.get(), rt.tab.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(),
-                c.qk_norm ? l.q_norm.get() : dummy, c.qk_norm ? l.k_norm.get() : dummy,
-                c.qkv_bias ? l.bqkv.get() : dummy, step_.get()},
-               r, u32(c.n_head + 2 * c.n_head_kv), u32(n));
+    for (const CallSeq& q : call_.seqs) {
+        gk::qkv_rope_store r{};
+        r.n_head = u32(c.n_head);
+        r.n_head_kv = u32(c.n_head_kv);
+        r.head_dim = u32(c.head_dim);
+        r.n_rot = u32(c.n_rot);
+        r.qkv_off = u32(q.row0 * row);
+        r.qkv_stride = row;
+        r.dst_pos = u32(q.kv_row + q.pos0);  // plus step_[0] (0 in a batched call)
+        // A call's own table starts at its first row; a pool's holds every position.
+        r.tab_off = call_.rope_tabs ? u32(q.pos0 * c.n_rot) : u32(q.row0 * c.n_rot);
+        r.flags = (c.qk_norm ? 1u : 0u) | (c.qkv_bias ? 2u : 0u);
+        r.eps = float(c.rms_eps);
+        e.dispatch(require_stamp(neox ? "qkv_rope_store_neox" : "qkv_rope_store_norm"),
+                   {qkv_.get(), &tab, &kc, &vc, c.qk_norm ? l.q_norm.get() : dummy,
+                    c.qk_norm ? l.k_norm.get() : dummy, c.qkv_bias ? l.bqkv.get() : dummy,
+                    step_.get()},
+                   r, u32(c.n_head + 2 * c.n_head_kv), u32(q.n));
+    }
     e.barrier();
 
-    gk::attention a{};
-    a.n_tok = u32(n);
-    a.n_head = u32(c.n_head);
-    a.n_head_kv = u32(c.n_head_kv);
-    a.head_dim = u32(c.head_dim);
-    a.head_dim_v = u32(c.head_dim_v);
-    a.pos0 = 0;  // the call's position is step_[0]
-    a.window = lc.sliding ? u32(c.sliding_window) : 0u;
-    a.q_off = 0;
-    a.q_stride = row;
-    a.k_off = 0;
-    a.v_off = 0;
-    a.out_off = 0;
-    a.out_stride = u32(c.n_head * c.head_dim_v);
-    a.scale = c.attn_scale;
-    const bool decode = n <= kAttnDecodeMaxTokens;
-    const std::string cm = prefill_attention_coopmat(n, c.head_dim, c.head_dim_v,
-                                                     coopmat_ && !recorded_.exact);
-    const int64_t tile = !cm.empty() ? kAttnGranule : int64_t(1) << kAttnPrefillRowsLog2.get();
-    const std::string stamp = decode        ? "attention_decode"
-                              : !cm.empty() ? cm
-                              : tile == 16  ? "attention_prefill"
-                                            : "attention_prefill_" + std::to_string(tile);
-    const int64_t splits = decode ? recorded_.attn_splits : 0;
-    if (splits > 0) {
-        e.dispatch(require_stamp("attention_decode_split"),
-                   {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_parts_.get(),
-                    step_.get()},
-                   a, u32(c.n_head), u32(n), u32(splits));
-        e.barrier();
-        gk::attention_merge m{};
-        m.n_tok = u32(n);
-        m.n_head = u32(c.n_head);
-        m.head_dim_v = u32(c.head_dim_v);
-        m.n_split = u32(splits);
-        m.out_off = 0;
-        m.out_stride = a.out_stride;
-        e.dispatch(require_stamp("attention_merge"), {attn_parts_.get(), attn_.get()}, m,
-                   u32(c.n_head), u32(n));
-    } else {
-        e.dispatch(require_stamp(stamp),
-                   {qkv_.get(), kc_[size_t(il)].get(), vc_[size_t(il)].get(), attn_.get(),
-                    step_.get()},
-                   a, u32(c.n_head), decode ? u32(n) : ceil_div(n, tile));
+    for (const CallSeq& q : call_.seqs) {
+        gk::attention a{};
+        a.n_tok = u32(q.n);
+        a.n_head = u32(c.n_head);
+        a.n_head_kv = u32(c.n_head_kv);
+        a.head_dim = u32(c.head_dim);
+        a.head_dim_v = u32(c.head_dim_v);
+        a.pos0 = u32(q.pos0);  // plus step_[0]
+        a.window = lc.sliding ? u32(c.sliding_window) : 0u;
+        a.q_off = u32(q.row0 * row);
+        a.q_stride = row;
+        a.k_off = u32(q.kv_row * kd);
+        a.v_off = u32(q.kv_row * c.v_dim());
+        a.out_stride = u32(c.n_head * c.head_dim_v);
+        a.out_off = u32(q.row0) * a.out_stride;
+        a.scale = c.attn_scale;
+        const bool decode = q.n <= kAttnDecodeMaxTokens;
+        const std::string cm = prefill_attention_coopmat(q.n, c.head_dim, c.head_dim_v,
+                                                         coopmat_ && !recorded_.exact);
+        const int64_t tile = !cm.empty() ? kAttnGranule : int64_t(1) << kAttnPrefillRowsLog2.get();
+        const std::string stamp = decode        ? "attention_decode"
+                                  : !cm.empty() ? cm
+                                  : tile == 16  ? "attention_prefill"
+                                                : "attention_prefill_" + std::to_string(tile);
+        // The chunks of a split share one buffer, so only a call of one sequence splits.
+        const int64_t splits = decode && call_.seqs.size() == 1 ? recorded_.attn_splits : 0;
+        if (splits > 0) {
+            e.dispatch(require_stamp("attention_decode_split"),
+                       {qkv_.get(), &kc, &vc, attn_parts_.get(), step_.get()}, a, u32(c.n_head),
+                       u32(q.n), u32(splits));
+            e.barrier();
+            gk::attention_merge m{};
+            m.n_tok = u32(q.n);
+            m.n_head = u32(c.n_head);
+            m.head_dim_v = u32(c.head_dim_v);
+            m.n_split = u32(splits);
+            m.out_off = a.out_off;
+            m.out_stride = a.out_stride;
+            e.dispatch(require_stamp("attention_merge"), {attn_parts_.get(), attn_.get()}, m,
+                       u32(c.n_head), u32(q.n));
+        } else {
+            e.dispatch(require_stamp(stamp), {qkv_.get(), &kc, &vc, attn_.get(), step_.get()}, a,
+                       u32(c.n_head), decode ? u32(q.n) : ceil_div(q.n, tile));
+        }
     }
     e.barrier();
 }
@@ -351,6 +359,23 @@ void GpuForward::run(const int32_t* ids, int64_t n, int64_t pos0, bool all_logit
     }
 }
 
+void GpuForward::load_ids(const int32_t* ids, int64_t n) {
+    const ModelConfig& c = cfg_;
+    const uint32_t E = u32(c.n_embd);
+    if (weights_.token_embd.splits.size() == 1) {
+        std::memcpy(ids_->mapped(), ids, size_t(n) * sizeof(int32_t));
+        return;
+    }
+    // A table of several bindings is gathered on the host.
+    gpu::Buffer& in = grow(embd_in_, size_t(max_batch_) * E * sizeof(float), "embd_in", true);
+    float* rows = static_cast<float*>(in.mapped());
+    for (int64_t t = 0; t < n; ++t) {
+        cpu::get_row(host_w_.token_embd, ids[t], rows + t * E);
+        if (c.embd_scale != 1.0f)
+            for (uint32_t i = 0; i < E; ++i) rows[t * E + i] *= c.embd_scale;
+    }
+}
+
 void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits,
                            float* logits, bool exact) {
     if (pos0 + n > n_ctx_)
@@ -362,20 +387,21 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
 
     // The call's inputs, in mapped memory the recording reads.
     *static_cast<uint32_t*>(step_->mapped()) = u32(pos0);
-    if (weights_.token_embd.splits.size() == 1) {
-        std::memcpy(ids_->mapped(), ids, size_t(n) * sizeof(int32_t));
-    } else {
-        gpu::Buffer& in = grow(embd_in_, size_t(max_batch_) * E * sizeof(float), "embd_in", true);
-        float* rows = static_cast<float*>(in.mapped());
-        for (int64_t t = 0; t < n; ++t) {
-            cpu::get_row(host_w_.token_embd, ids[t], rows + t * E);
-            if (c.embd_scale != 1.0f)
-                for (uint32_t i = 0; i < E; ++i) rows[t * E + i] *= c.embd_scale;
-        }
-    }
+    load_ids(ids, n);
 
     const Shape shape{n, all_logits, logits != nullptr, dev.profiling(), exact,
                       tuning::generation(), decode_attention_splits(n, c.n_head, pos0 + n)};
+    call_.seqs.assign(1, CallSeq{0, n, 0, 0});
+    call_.k = &kc_;
+    call_.v = &vc_;
+    call_.rope_tabs = nullptr;
+    call_.out_rows.clear();
+    for (int64_t r = all_logits ? 0 : n - 1; logits && r < n; ++r) call_.out_rows.push_back(r);
+    submit(shape, logits, all_logits ? n : 1);
+}
+
+void GpuForward::submit(const Shape& shape, float* logits, int64_t logit_rows) {
+    gpu::Device& dev = *device_;
     last_replayed_ = recording_ && recorded_ == shape && kReplay.get() != 0;
     if (!last_replayed_) {
         recording_.reset();  // its buffers may be regrown below
@@ -388,7 +414,44 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
     last_dispatches_ = recording_->dispatches();
     if (logits)
         std::memcpy(logits, logits_host_->mapped(),
-                    size_t((all_logits ? n : 1) * c.n_vocab) * sizeof(float));
+                    size_t(logit_rows * cfg_.n_vocab) * sizeof(float));
+}
+
+void GpuForward::run_batch(const int32_t* ids, const DeviceRows* seqs, int n_seqs,
+                           DeviceKVPool& pool, float* logits, bool exact) {
+    const ModelConfig& c = cfg_;
+    call_.seqs.clear();
+    call_.out_rows.clear();
+    int64_t n = 0;
+    for (int i = 0; i < n_seqs; ++i) {
+        const DeviceRows& q = seqs[i];
+        if (q.slot < 0 || q.slot >= pool.n_slots)
+            throw std::invalid_argument("GPU batch: sequence " + std::to_string(i) + " names slot " +
+                                        std::to_string(q.slot) + ", outside [0, " +
+                                        std::to_string(pool.n_slots) + ")");
+        if (q.n <= 0 || q.pos0 < 0 || q.pos0 + q.n > pool.n_ctx)
+            throw ShapeError("GPU batch: sequence " + std::to_string(i) + " has positions [" +
+                             std::to_string(q.pos0) + ", " + std::to_string(q.pos0 + q.n) +
+                             ") of a slot of n_ctx " + std::to_string(pool.n_ctx));
+        call_.seqs.push_back(CallSeq{n, q.n, q.pos0, int64_t(q.slot) * pool.slot_rows});
+        n += q.n;
+        if (q.want_logits) call_.out_rows.push_back(n - 1);
+    }
+    if (n > max_batch_)
+        throw ShapeError("GPU batch: " + std::to_string(n) + " rows exceed max_batch " +
+                         std::to_string(max_batch_));
+    if (n == 0) throw ShapeError("GPU batch: no rows");
+    call_.k = &pool.k;
+    call_.v = &pool.v;
+    call_.rope_tabs = &pool.rope_tabs;
+
+    // Positions travel in the argument blocks: the base each kernel adds is 0.
+    *static_cast<uint32_t*>(step_->mapped()) = 0u;
+    load_ids(ids, n);
+    const int64_t n_out = int64_t(call_.out_rows.size());
+    Shape shape{n, false, n_out > 0, device_->profiling(), exact, tuning::generation(), 0};
+    shape.batched = true;
+    submit(shape, n_out > 0 ? logits : nullptr, n_out);
 }
 
 void GpuForward::record(gpu::Encoder& e, const Shape& shape) {
@@ -409,13 +472,15 @@ void GpuForward::record(gpu::Encoder& e, const Shape& shape) {
     } else {
         e.copy(*embd_in_, 0, *x_, 0, size_t(n) * E * sizeof(float));
     }
-    for (const auto& r : ropes_) {
-        gk::rope_table a{};
-        a.n_half = u32(c.n_rot / 2);
-        a.n_tok = u32(n);
-        a.pos0 = 0;  // the call's position is step_[0]
-        e.dispatch(require_stamp("rope_table"), {r->freqs.get(), r->tab.get(), step_.get()}, a,
-                   stride_groups(n * (c.n_rot / 2), kRopeTableGroup));
+    if (!call_.rope_tabs) {  // a pool's tables hold every position already
+        for (const auto& r : ropes_) {
+            gk::rope_table a{};
+            a.n_half = u32(c.n_rot / 2);
+            a.n_tok = u32(n);
+            a.pos0 = 0;  // the call's position is step_[0]
+            e.dispatch(require_stamp("rope_table"), {r->freqs.get(), r->tab.get(), step_.get()}, a,
+                       stride_groups(n * (c.n_rot / 2), kRopeTableGroup));
+        }
     }
     e.barrier();
 
@@ -467,54 +532,137 @@ void GpuForward::record(gpu::Encoder& e, const Shape& shape) {
         e.barrier();
     }
 
-    // --- logits.
-    if (shape.logits) {
-        const int64_t rows = shape.all_logits ? n : 1;
-        const uint32_t first = u32(n - rows);
-        const size_t bytes = size_t(rows * c.n_vocab) * sizeof(float);
-        gpu::Buffer& dl = grow(logits_, bytes, "logits", false);
-        const DeviceMatrix& out_w = weights_.output.splits.empty() ? weights_.token_embd
-                                                                   : weights_.output;
-        const ProjectionInput head_in = normed(*weights_.output_norm);
-        const std::string q8 = gpu::matvec_q8_stamp(out_w, rows, head_in.mode, recorded_.exact);
-        if (!q8.empty()) {  // the head alone reads its input: the float16 panel never pays
-            gpu::quantize_q8(e, *x_, first * E, E, c.n_embd, rows, head_in, *q8_, *dummy_);
-            e.barrier();
-            gpu::project_q8(e, out_w, q8, *q8_, dl, 0, u32(c.n_vocab), rows, false);
-        } else {
-            project(e, out_w, *x_, first * E, E, dl, 0, u32(c.n_vocab), rows, false, head_in);
-        }
-        e.barrier();
-        if (c.final_logit_softcap > 0.0) {
-            eltwise(e, "softcap", dl, 0, *dummy_, 0, rows * c.n_vocab,
-                    float(c.final_logit_softcap));
-            e.barrier();
-        }
-        gpu::Buffer& hl = grow(logits_host_, bytes, "logits_host", true);
-        e.copy(dl, 0, hl, 0, bytes);
-    }
+    if (shape.logits) head(e);
 }
+
+void GpuForward::head(gpu::Encoder& e) {
+    const ModelConfig& c = cfg_;
+    const uint32_t E = u32(c.n_embd);
+    const std::vector<int64_t>& out = call_.out_rows;
+    const int64_t rows = int64_t(out.size());
+    // The head reads one run of rows: the call's wanted rows when they are one, else copies.
+    bool run = true;
+    for (int64_t i = 1; i < rows; ++i) run = run && out[size_t(i)] == out[0] + i;
+    gpu::Buffer* x = x_.get();
+    uint32_t first = u32(out[0]);
+    if (!run) {
+        x = &grow(head_rows_, size_t(max_batch_) * E * sizeof(float), "head_rows", false);
+        for (int64_t i = 0; i < rows; ++i)
+            e.copy(*x_, size_t(out[size_t(i)]) * E * sizeof(float), *x, size_t(i) * E * sizeof(float),
+                   size_t(E) * sizeof(float));
+        e.barrier();
+        first = 0;
+    }
+    const size_t bytes = size_t(rows * c.n_vocab) * sizeof(float);
+    gpu::Buffer& dl = grow(logits_, bytes, "logits", false);
+    const DeviceMatrix& out_w = weights_.output.splits.empty() ? weights_.token_embd
+                                                               : weights_.output;
+    const ProjectionInput head_in = normed(*weights_.output_norm);
+    const std::string q8 = gpu::matvec_q8_stamp(out_w, rows, head_in.mode, recorded_.exact);
+    if (!q8.empty()) {  // the head alone reads its input: the float16 panel never pays
+        gpu::quantize_q8(e, *x, first * E, E, c.n_embd, rows, head_in, *q8_, *dummy_);
+        e.barrier();
+        gpu::project_q8(e, out_w, q8, *q8_, dl, 0, u32(c.n_vocab), rows, false);
+    } else {
+        project(e, out_w, *x, first * E, E, dl, 0, u32(c.n_vocab), rows, false, head_in);
+    }
+    e.barrier();
+    if (c.final_logit_softcap > 0.0) {
+        eltwise(e, "softcap", dl, 0, *dummy_, 0, rows * c.n_vocab, float(c.final_logit_softcap));
+        e.barrier();
+    }
+    gpu::Buffer& hl = grow(logits_host_, bytes, "logits_host", true);
+    e.copy(dl, 0, hl, 0, bytes);
+}
+
+namespace {
+
+// Rows [row0, row0 + n) of an f16 cache buffer of rows `width` wide, as float32, and back.
+void download_rows(gpu::Device& dev, gpu::Buffer& cache, int64_t width, int64_t row0, int64_t n,
+                   std::vector<float>& out) {
+    std::vector<uint16_t> halves(size_t(n * width));
+    dev.download(cache, size_t(row0 * width) * 2, halves.data(), halves.size() * 2);
+    out.resize(halves.size());
+    f16_traits().dequantize(reinterpret_cast<const uint8_t*>(halves.data()), out.data(),
+                            int64_t(halves.size()));
+}
+
+void upload_rows(gpu::Device& dev, gpu::Buffer& cache, int64_t width, int64_t row0, int64_t n,
+                 const float* src) {
+    std::vector<uint16_t> halves(size_t(n * width));
+    f16_traits().quantize(src, reinterpret_cast<uint8_t*>(halves.data()), int64_t(halves.size()));
+    dev.upload(cache, size_t(row0 * width) * 2, halves.data(), halves.size() * 2);
+}
+
+}  // namespace
 
 void GpuForward::read_kv(int layer, int64_t pos0, int64_t n, std::vector<float>& k,
                          std::vector<float>& v) {
-    for (auto [cache, width, out] : {std::tuple{kc_[size_t(layer)].get(), cfg_.k_dim(), &k},
-                                     std::tuple{vc_[size_t(layer)].get(), cfg_.v_dim(), &v}}) {
-        std::vector<uint16_t> halves(size_t(n * width));
-        device_->download(*cache, size_t(pos0 * width) * 2, halves.data(), halves.size() * 2);
-        out->resize(halves.size());
-        f16_traits().dequantize(reinterpret_cast<const uint8_t*>(halves.data()), out->data(),
-                                int64_t(halves.size()));
-    }
+    download_rows(*device_, *kc_[size_t(layer)], cfg_.k_dim(), pos0, n, k);
+    download_rows(*device_, *vc_[size_t(layer)], cfg_.v_dim(), pos0, n, v);
 }
 
 void GpuForward::write_kv(int layer, int64_t pos0, int64_t n, const float* k, const float* v) {
-    for (auto [cache, width, src] : {std::tuple{kc_[size_t(layer)].get(), cfg_.k_dim(), k},
-                                     std::tuple{vc_[size_t(layer)].get(), cfg_.v_dim(), v}}) {
-        std::vector<uint16_t> halves(size_t(n * width));
-        f16_traits().quantize(src, reinterpret_cast<uint8_t*>(halves.data()),
-                              int64_t(halves.size()));
-        device_->upload(*cache, size_t(pos0 * width) * 2, halves.data(), halves.size() * 2);
+    upload_rows(*device_, *kc_[size_t(layer)], cfg_.k_dim(), pos0, n, k);
+    upload_rows(*device_, *vc_[size_t(layer)], cfg_.v_dim(), pos0, n, v);
+}
+
+std::unique_ptr<DeviceKVPool> GpuForward::make_kv_pool(int n_slots, int64_t n_ctx) {
+    if (n_slots < 1 || n_ctx < 1)
+        throw ShapeError("GPU KV pool: " + std::to_string(n_slots) + " slots of " +
+                         std::to_string(n_ctx) + " positions");
+    // rope_table runs a thread per (position, pair) in at most kMaxGroups workgroups.
+    if (n_ctx * (cfg_.n_rot / 2) > int64_t(kMaxRopeGroups) * kRopeTableGroup)
+        throw ShapeError("GPU KV pool: a rope table of " + std::to_string(n_ctx) +
+                         " positions exceeds one dispatch (" +
+                         std::to_string(int64_t(kMaxRopeGroups) * kRopeTableGroup /
+                                        (cfg_.n_rot / 2)) + " at most)");
+    gpu::Device& dev = *device_;
+    auto pool = std::make_unique<DeviceKVPool>();
+    pool->device = device_;
+    pool->n_slots = n_slots;
+    pool->n_ctx = n_ctx;
+    pool->slot_rows = device_cache_rows(n_ctx);  // whole granules: a slot's reads stay in it
+    const size_t rows = size_t(n_slots) * size_t(pool->slot_rows);
+    std::unique_ptr<gpu::Encoder> enc = dev.encoder();
+    for (int64_t i = 0; i < cfg_.n_layer; ++i) {
+        pool->k.push_back(dev.alloc(rows * size_t(cfg_.k_dim()) * 2, "pool_k_cache"));
+        pool->v.push_back(dev.alloc(rows * size_t(cfg_.v_dim()) * 2, "pool_v_cache"));
+        // Zero-filled: the coopmat attention reads whole granules past the last written row.
+        enc->fill(*pool->k.back(), 0, pool->k.back()->size() / 4 * 4, 0u);
+        enc->fill(*pool->v.back(), 0, pool->v.back()->size() / 4 * 4, 0u);
+        pool->bytes += pool->k.back()->size() + pool->v.back()->size();
     }
+    // Each rope's table of positions [0, n_ctx), from position base 0.
+    std::unique_ptr<gpu::Buffer> zero = dev.alloc_host(4 * sizeof(uint32_t), "zero_position");
+    std::memset(zero->mapped(), 0, zero->size());
+    for (const auto& r : ropes_) {
+        pool->rope_tabs.push_back(
+            dev.alloc(size_t(n_ctx) * size_t(cfg_.n_rot) * sizeof(float), "pool_rope_table"));
+        gk::rope_table a{};
+        a.n_half = u32(cfg_.n_rot / 2);
+        a.n_tok = u32(n_ctx);
+        a.pos0 = 0;
+        enc->dispatch(require_stamp("rope_table"),
+                      {r->freqs.get(), pool->rope_tabs.back().get(), zero.get()}, a,
+                      stride_groups(n_ctx * (cfg_.n_rot / 2), kRopeTableGroup));
+    }
+    dev.submit(*enc);
+    return pool;
+}
+
+void GpuForward::read_kv(DeviceKVPool& pool, int slot, int layer, int64_t pos0, int64_t n,
+                         std::vector<float>& k, std::vector<float>& v) {
+    const int64_t row0 = int64_t(slot) * pool.slot_rows + pos0;
+    download_rows(*device_, *pool.k[size_t(layer)], cfg_.k_dim(), row0, n, k);
+    download_rows(*device_, *pool.v[size_t(layer)], cfg_.v_dim(), row0, n, v);
+}
+
+void GpuForward::write_kv(DeviceKVPool& pool, int slot, int layer, int64_t pos0, int64_t n,
+                          const float* k, const float* v) {
+    const int64_t row0 = int64_t(slot) * pool.slot_rows + pos0;
+    upload_rows(*device_, *pool.k[size_t(layer)], cfg_.k_dim(), row0, n, k);
+    upload_rows(*device_, *pool.v[size_t(layer)], cfg_.v_dim(), row0, n, v);
 }
 
 }  // namespace dasllama

@@ -7,6 +7,11 @@
 //
 // The device cache may run ahead of the host cache: read_kv()/write_kv() move rows between
 // them, so the model can hand work to the CPU (or back) at any position.
+//
+// run_batch() runs the rows of several sequences in one call (a batching engine's step,
+// serve/batch_engine.h), each over its own slot of a DeviceKVPool: the products over all rows,
+// the rope, K/V store and attention per sequence. Its positions travel in the argument blocks,
+// so a batched call is recorded anew each time (never replayed).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +57,26 @@ int64_t decode_attention_splits(int64_t n, int64_t n_head, int64_t n_keys = 0);
 // granules, which read whole granules).
 int64_t device_cache_rows(int64_t n_ctx);
 
+// The device K/V of a batching engine's slots: per layer one K and one V buffer (f16) of
+// n_slots x slot_rows rows, slot s's positions from row s * slot_rows, and per rope of the
+// model the cos/sin table of every position a slot holds, computed once when made.
+struct DeviceKVPool {
+    std::shared_ptr<gpu::Device> device;  // outlives the buffers below
+    int n_slots = 0;
+    int64_t n_ctx = 0, slot_rows = 0;
+    std::vector<std::unique_ptr<gpu::Buffer>> k, v;  // per layer
+    std::vector<std::unique_ptr<gpu::Buffer>> rope_tabs;  // per rope table of the forward
+    uint64_t bytes = 0;  // K and V
+};
+
+// One sequence of a batched call: n rows at positions pos0.. of slot `slot` (whose cache must
+// hold [0, pos0)); want_logits: its last row's logits are returned.
+struct DeviceRows {
+    int slot = 0;
+    int64_t pos0 = 0, n = 0;
+    bool want_logits = false;
+};
+
 class GpuForward {
 public:
     // Throws DeviceError (memory included) when the weights or buffers cannot be placed.
@@ -70,6 +95,22 @@ public:
     void read_kv(int layer, int64_t pos0, int64_t n, std::vector<float>& k, std::vector<float>& v);
     void write_kv(int layer, int64_t pos0, int64_t n, const float* k, const float* v);
 
+    // A pool of n_slots slots of n_ctx positions each. Throws DeviceError when it cannot be
+    // placed (memory included).
+    std::unique_ptr<DeviceKVPool> make_kv_pool(int n_slots, int64_t n_ctx);
+    // Runs the rows of n_seqs sequences, ids in sequence order, and writes the logits of each
+    // sequence that wants them, in order (one n_vocab row each). Throws ShapeError when the
+    // rows exceed max_batch() or a sequence runs past its slot's n_ctx, std::invalid_argument
+    // for a slot outside the pool.
+    void run_batch(const int32_t* ids, const DeviceRows* seqs, int n_seqs, DeviceKVPool& pool,
+                   float* logits, bool exact = false);
+    // Rows [pos0, pos0 + n) of one layer of a pool slot, as read_kv / write_kv.
+    void read_kv(DeviceKVPool& pool, int slot, int layer, int64_t pos0, int64_t n,
+                 std::vector<float>& k, std::vector<float>& v);
+    void write_kv(DeviceKVPool& pool, int slot, int layer, int64_t pos0, int64_t n,
+                  const float* k, const float* v);
+    int64_t max_batch() const { return max_batch_; }
+
     gpu::Device& device() { return *device_; }
     uint64_t last_dispatches() const { return last_dispatches_; }
     bool last_replayed() const { return last_replayed_; }
@@ -77,18 +118,34 @@ public:
 
 private:
     struct RopeTab;
-    // What a recording depends on besides the mapped ids and position.
+    // What a recording depends on besides the mapped ids and position. A batched call's
+    // recording is never replayed (batched), and the next call records anew.
     struct Shape {
         int64_t n = 0;
-        bool all_logits = false, logits = false, profiled = false, exact = false;
+        bool all_logits = false, logits = false, profiled = false, exact = false, batched = false;
         uint64_t knobs = 0;  // tuning::generation(): kernels read knobs when recorded
         int64_t attn_splits = 0;  // decode_attention_splits at the recorded position
         bool operator==(const Shape& o) const {
             return n == o.n && all_logits == o.all_logits && logits == o.logits &&
                    profiled == o.profiled && exact == o.exact && knobs == o.knobs &&
-                   attn_splits == o.attn_splits;
+                   attn_splits == o.attn_splits && !batched && !o.batched;
         }
     };
+    // The sequences of the call being recorded: rows [row0, row0 + n) at positions pos0.. of
+    // cache rows from kv_row (one sequence at row0 0, pos0 0 and kv_row 0 for run(), whose
+    // position is step_[0]); the K/V buffers per layer; the rope tables (null: the call's own,
+    // from rope_table); the rows whose logits are read, in order.
+    struct CallSeq {
+        int64_t row0 = 0, n = 0, pos0 = 0, kv_row = 0;
+    };
+    struct Call {
+        std::vector<CallSeq> seqs;
+        std::vector<std::unique_ptr<gpu::Buffer>>* k = nullptr;
+        std::vector<std::unique_ptr<gpu::Buffer>>* v = nullptr;
+        std::vector<std::unique_ptr<gpu::Buffer>>* rope_tabs = nullptr;
+        std::vector<int64_t> out_rows;
+    };
+    void submit(const Shape& shape, float* logits, int64_t logit_rows);
     void record(gpu::Encoder& e, const Shape& s);
     void run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all_logits, float* logits,
                    bool exact);
@@ -133,6 +190,8 @@ private:
     void eltwise(gpu::Encoder& e, const char* op, gpu::Buffer& y, uint32_t y_off, gpu::Buffer& x,
                  uint32_t x_off, int64_t n, float s);
     void attention_layer(gpu::Encoder& e, int il, int64_t n);
+    void head(gpu::Encoder& e);  // the logits of call_.out_rows
+    void load_ids(const int32_t* ids, int64_t n);
     gpu::Buffer& grow(std::unique_ptr<gpu::Buffer>& buf, size_t bytes, const char* label, bool host);
 
     const ModelConfig& cfg_;
@@ -147,8 +206,10 @@ private:
     std::unique_ptr<gpu::Buffer> panel_;  // a staged float16 input panel (stage())
     std::unique_ptr<gpu::Buffer> q8_;     // a q8_1 form of an input (stage())
     std::unique_ptr<gpu::Buffer> attn_parts_;  // the chunks of a split decode attention
+    std::unique_ptr<gpu::Buffer> head_rows_;   // a batched call's rows of logits, gathered
     std::unique_ptr<gpu::Encoder> recording_;  // the last call's command buffer
     Shape recorded_;
+    Call call_;  // what record() reads besides the shape
     std::vector<std::unique_ptr<gpu::Buffer>> kc_, vc_;
     bool coopmat_ = false;
     uint64_t last_dispatches_ = 0;

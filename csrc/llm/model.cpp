@@ -46,10 +46,9 @@ LLMModel::LLMModel(const std::string& path, int64_t n_ctx, int n_threads, KVType
 
 void LLMModel::open_gpu(const std::string& spec) {
     device_ = gpu::open_device(spec);  // throws DeviceError naming the devices there are
-    for (const char* seat : {"prefill", "decode"}) {
-        seats_[seat] = gpu::SeatStats{};
+    for (const char* seat : {"prefill", "decode"}) seats_[seat] = gpu::SeatStats{};
+    for (const char* seat : {"prefill", "decode", "batch"})
         seat_on_[seat] = gpu::seat_enabled_by_env(seat);
-    }
     gpu_absent_why_ = device_weights_unsupported(cfg_, *weights_);
     if (!gpu_absent_why_.empty()) {
         gpu_absent_ = gpu::Decline::shape;
@@ -77,7 +76,7 @@ std::map<std::string, gpu::SeatStats> LLMModel::seat_stats() const {
 void LLMModel::set_seat_enabled(const std::string& seat, bool on) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!seat_on_.count(seat))
-        throw std::invalid_argument("no seat '" + seat + "' on this model (seats: prefill, decode "
+        throw std::invalid_argument("no seat '" + seat + "' on this model (seats: prefill, decode, batch "
                                     "on a GPU device, none on the CPU)");
     seat_on_[seat] = on;
 }

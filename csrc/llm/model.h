@@ -93,6 +93,27 @@ public:
         return f(CpuParts{cfg_, *weights_, *pool_, precision_, kv_type_, *forward_});
     }
 
+    // The GPU parts a batching engine runs its device steps on: the model's device-resident
+    // forward pass (null when it has none: `absent` and `absent_why` say why), whether the
+    // seat "batch" is on, and whether the precision is f32 (exact). with_gpu_parts calls
+    // f(parts) holding the model's lock and throws Error when the model is closed.
+    struct GpuParts {
+        GpuForward* forward;
+        gpu::Decline absent;
+        const std::string& absent_why;
+        bool seat_on;
+        bool exact;
+    };
+    template <class F>
+    decltype(auto) with_gpu_parts(F&& f) {
+        std::lock_guard<std::mutex> lock(mu_);
+        check_open();
+        const auto on = seat_on_.find("batch");
+        return f(GpuParts{gpu_.get(), gpu_absent_, gpu_absent_why_,
+                          on != seat_on_.end() && on->second,
+                          precision_ == cpu::Precision::kF32});
+    }
+
     // Forgets positions >= n; 0 <= n <= n_past() (std::invalid_argument otherwise).
     void truncate(int64_t n);
     void reset() { truncate(0); }
@@ -103,9 +124,11 @@ public:
 
     // The device this model was opened on: "cpu" or the GPU's name.
     std::string device_name() const;
-    // Per-seat counters ("prefill", "decode"); empty on the CPU.
+    // Per-seat counters ("prefill", "decode"); empty on the CPU. (The seat "batch" is a
+    // batching engine's, which counts it: serve/batch_engine.h.)
     std::map<std::string, gpu::SeatStats> seat_stats() const;
-    // Turns a seat on or off (its knob; DASLLAMA_SEAT_<NAME>=0 sets the default).
+    // Turns a seat on or off: "prefill", "decode", or "batch" (every batching engine's steps
+    // on this model). Its knob; DASLLAMA_SEAT_<NAME>=0 sets the default.
     void set_seat_enabled(const std::string& seat, bool on);
     // Profiling of GPU calls: per-dispatch times of the last served call.
     void set_profiling(bool on);

@@ -86,12 +86,12 @@ BatchEngine::BatchEngine(LLMModel& model, int n_slots, int64_t n_ctx, int64_t pr
         return 0;
     });
     slots_.resize(size_t(n_slots));
-    on_device_ = model.device_name() != "cpu";
+    seat_ = std::make_unique<BatchSeat>(model, n_slots, n_ctx, sliding_rings);
 }
 
 std::map<std::string, gpu::SeatStats> BatchEngine::seat_stats() const {
-    if (!on_device_) return {};
-    return {{"batch", batch_seat_}};
+    if (!seat_->present()) return {};
+    return {{"batch", seat_->stats()}};
 }
 
 BatchEngine::~BatchEngine() = default;
@@ -171,8 +171,9 @@ BatchEngine::Started BatchEngine::start(const int32_t* prompt, int64_t n,
         const size_t limit = std::min(s.tokens.size(), size_t(n - 1));
         size_t k = 0;
         while (k < limit && s.tokens[k] == prompt[k]) ++k;
-        // A ring layer that no longer holds the window before k cannot go on from there.
-        if (!pool_.slot(i).resumable(int64_t(k))) k = 0;
+        // A ring layer that no longer holds the window before k cannot go on from there
+        // (unless the device slot, which keeps every position, holds them).
+        if (!pool_.slot(i).resumable(int64_t(k)) && !seat_->holds(i, int64_t(k))) k = 0;
         if (best < 0 || k > best_prefix || (k == best_prefix && s.used < slots_[size_t(best)].used)) {
             best = i;
             best_prefix = k;
@@ -183,6 +184,7 @@ BatchEngine::Started BatchEngine::start(const int32_t* prompt, int64_t n,
 
     Slot& s = slots_[size_t(best)];
     pool_.slot(best).truncate(int64_t(best_prefix));
+    seat_->forget(best, int64_t(best_prefix));
     s.tokens.resize(best_prefix);
     s.prompt.assign(prompt + best_prefix, prompt + n);
     s.prompt_done = 0;
@@ -268,18 +270,34 @@ std::vector<Sampled> BatchEngine::step() {
     int64_t n_want = 0;
     for (const SequenceRows& q : seqs) n_want += q.want_logits ? 1 : 0;
     logits_.resize(size_t(n_want * n_vocab_));
-    if (on_device_) batch_seat_.decline(gpu::Decline::shape);
-    try {
-        model_.with_cpu_parts([&](const LLMModel::CpuParts& p) {
-            Forward& f = own_forward_ ? *own_forward_ : p.forward;
-            f.run_batch(ids_.data(), seqs.data(), int(seqs.size()), p.pool, p.precision,
-                        logits_.data());
-            return 0;
-        });
-    } catch (...) {
-        for (const Part& part : parts)
-            pool_.slot(part.slot).truncate(int64_t(slots_[size_t(part.slot)].tokens.size()));
-        throw;
+    bool served = false;
+    if (seat_->present()) {
+        std::vector<BatchSeat::Rows> rows;
+        for (size_t j = 0; j < parts.size(); ++j) {
+            const int i = parts[j].slot;
+            rows.push_back({i, &pool_.slot(i), int64_t(slots_[size_t(i)].tokens.size()),
+                            seqs[j].n, seqs[j].want_logits});
+        }
+        served = seat_->serve(ids_.data(), rows, logits_.data());
+        // The CPU runs it: each host cache first gets the rows only the device holds.
+        if (!served)
+            for (const Part& part : parts)
+                seat_->sync_host(part.slot, pool_.slot(part.slot),
+                                 int64_t(slots_[size_t(part.slot)].tokens.size()));
+    }
+    if (!served) {
+        try {
+            model_.with_cpu_parts([&](const LLMModel::CpuParts& p) {
+                Forward& f = own_forward_ ? *own_forward_ : p.forward;
+                f.run_batch(ids_.data(), seqs.data(), int(seqs.size()), p.pool, p.precision,
+                            logits_.data());
+                return 0;
+            });
+        } catch (...) {
+            for (const Part& part : parts)
+                pool_.slot(part.slot).truncate(int64_t(slots_[size_t(part.slot)].tokens.size()));
+            throw;
+        }
     }
     stats_.steps += 1;
     stats_.rows += int64_t(ids_.size());

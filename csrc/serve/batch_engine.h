@@ -17,9 +17,12 @@
 // sampled one): with batch-invariant kernels (each output row depends on its own input row only,
 // cpu/matmul.h) the same seed gives the same tokens whatever else is in the batch.
 //
-// On a model opened on a GPU the step is the seat "batch": the device kernels take one sequence
-// at a time today, so it declines with reason "shape" and the step runs on the CPU chain (the
-// engine's KV pool is on the host); seat_stats() counts it.
+// On a model opened on a GPU the step is the seat "batch" (serve/batch_seat.h): the device
+// runs it over device K/V slots of the engine's own, or declines with a reason and the CPU
+// chain runs it over the host pool, the rows moving between the two as needed; seat_stats()
+// counts it. The device's products are not batch-invariant (a product of several rows may
+// take another kernel than one of a single row), so there the same seed gives the same text
+// up to near-ties of the logits, not bit for bit.
 //
 // Stopping is the caller's: it calls finish(slot) after a token it does not want to continue
 // from (end of generation, a stop string, max_tokens, n_past(slot) == n_ctx()).
@@ -35,6 +38,7 @@
 
 #include "gpu/seat.h"
 #include "llm/sampler.h"
+#include "serve/batch_seat.h"
 #include "serve/kv_pool.h"
 
 namespace dasllama {
@@ -145,6 +149,9 @@ public:
     const EngineStats& stats() const { return stats_; }
     // {"batch": counters} on a model opened on a GPU; empty on the CPU.
     std::map<std::string, gpu::SeatStats> seat_stats() const;
+    // Why the seat last declined a step ("" if it never did), and the bytes of its device K/V.
+    const std::string& seat_reason() const { return seat_->reason(); }
+    uint64_t device_kv_bytes() const { return seat_->device_kv_bytes(); }
 
 private:
     struct Slot;
@@ -162,8 +169,7 @@ private:
     std::vector<Slot> slots_;
     int64_t clock_ = 0;  // orders starts (prefill FIFO) and uses (least recently used)
     EngineStats stats_;
-    bool on_device_ = false;
-    gpu::SeatStats batch_seat_;
+    std::unique_ptr<BatchSeat> seat_;
     // Reused between steps.
     std::vector<int32_t> ids_;
     std::vector<float> logits_;
