@@ -385,26 +385,6 @@ def test_failing_constraint_ends_only_its_request(llm, where):
     assert good.kind == "done" and good_text == llm.generate(PROMPTS[1], max_tokens=12, temperature=0)
 
 
-def test_gpu_model_batch_seat_declines_and_the_cpu_serves(model_path):
-    from gpu_helpers import SPEC, _unavailable
-    from dasllama.errors import DeviceError
-    try:
-        llm = LLM(model_path(), n_ctx=256, threads=2, device=SPEC)
-    except DeviceError as e:
-        _unavailable(f"no Vulkan device {SPEC!r}: {e}")
-    with llm:
-        ref = LLM(model_path(), n_ctx=256, threads=2)
-        want = [ref.generate(p, max_tokens=6, temperature=0) for p in PROMPTS[:2]]
-        engine = BatchEngine(llm, slots=2)
-        res = _run(engine, [Request(prompt=llm.tokenize(p), max_tokens=6,
-                                    sampling=SamplingParams(temperature=0)) for p in PROMPTS[:2]])
-        seat = engine.stats["seats"]["batch"]
-        assert seat["served"] == 0
-        assert seat["declined"]["shape"] == engine.stats["steps"] > 0
-        assert [t for t, _ in res.values()] == want
-        assert "seats" not in BatchEngine(ref, slots=1).stats
-
-
 def test_ignore_eos_runs_to_max_tokens(model_path):
     # A mask that leaves only the end tokens and one other makes a free run end within a few
     # tokens; with ignore_eos the same run must take all 40.

@@ -245,7 +245,8 @@ class BatchEngine:
         steps share), completed, and
         the engine's counters: steps, rows, prompt_tokens, cached_tokens, prompt_cache_hits,
         generated_tokens; on a model opened on a GPU also seats: {"batch": {"served",
-        "declined": {reason: n}, ...}} (batched steps decline with "shape" and run on the CPU).
+        "declined": {reason: n}, "uploads", "reason", "device_kv_bytes", ...}} (steps the
+        device declined ran on the CPU; reason: why the last one was).
         """
         out = dict(running=len(self._active), queued=len(self._queue),
                    slots_busy=self._core.n_active, slots=self.slots, n_ctx=self.n_ctx,
