@@ -88,10 +88,14 @@ def _dasllama_version() -> str:
         ("-dirty" if b["git_dirty"] else "")
 
 
-def dasllama_engine(python: Optional[str] = None, extra: Sequence[str] = ()) -> Engine:
+def dasllama_engine(python: Optional[str] = None, extra: Sequence[str] = (),
+                    device: str = "cpu") -> Engine:
     """``python -m dasllama.cli serve -m MODEL --parallel P --ctx CTX --threads T`` (the
-    ``dasllama serve`` command): each slot has the whole --ctx."""
+    ``dasllama serve`` command): each slot has the whole --ctx; a GPU ``device`` adds
+    ``--device DEVICE``."""
     exe = python or sys.executable
+    if device != "cpu":
+        extra = [*extra, "--device", device]
 
     def argv(model, *, slots, ctx, threads, port):
         return [exe, "-m", "dasllama.cli", "serve", "-m", str(model), "--parallel", str(slots),
@@ -234,9 +238,14 @@ ROW_TESTS = (("agg", "t/s"), ("ttft_p50", "ms"), ("ttft_p95", "ms"), ("req", "t/
 PREFIX_TESTS = (("agg", "t/s"), ("ttft_p50", "ms"), ("ttft_p95", "ms"))
 
 
+def backend_of(device: str) -> str:
+    """A row's backend: "cpu", or the GPU API of a device spec ("vulkan:0" -> "vulkan")."""
+    return device.split(":", 1)[0]
+
+
 def rows_for(engine: Engine, model: dict, cell: dict, reps_figures: list,
              first: Optional[list] = None, threads: int = 1,
-             noise_cv: float = NOISE_CV) -> list:
+             noise_cv: float = NOISE_CV, backend: str = "cpu") -> list:
     """The rows of one engine's cell (a level, or the prefix cell) from each repetition's
     figures. ``first``: the figures of a first attempt that a re-run replaced."""
     prefix = "prefix_" if cell["prefix"] else ""
@@ -246,7 +255,8 @@ def rows_for(engine: Engine, model: dict, cell: dict, reps_figures: list,
         if not values or min(values) <= 0:
             continue      # e.g. a per-request rate of one-token requests
         s = summarize(values)
-        row = {"kind": "serve", "engine": engine.name, "backend": "cpu",
+        row = {"kind": "serve", "engine": engine.name,
+               "backend": backend if engine.name == "dasllama" else "cpu",
                "version": engine.version, "threads": threads, "model": model["file"],
                "model_sha256": model["sha256"], "arch": model["arch"],
                "quant": model["quant"], "params": model["params"],
@@ -488,7 +498,8 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
               noise_cv: Optional[float] = NOISE_CV, start_timeout: float = 600.0,
               request_timeout: float = 600.0, log_dir: Optional[str] = None,
               config: Optional[dict] = None, on_event: Callable = lambda *a, **k: None,
-              on_rows: Callable = lambda result: None, single: str = "off") -> dict:
+              on_rows: Callable = lambda result: None, single: str = "off",
+              device: str = "cpu") -> dict:
     """Start every engine's server for each model file, validate, warm up, then time each
     concurrency level and the prefix cell with repetitions alternating engines. Rows are added
     a cell at a time (every engine's rows together) and ``on_rows(result)`` hears each
@@ -530,7 +541,7 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
                          "single": single if single_on else "off",
                          "temperature": 0, "ignore_eos": True, "stream": True,
                          "client": "http.client, one thread a concurrent client",
-                         "device": "cpu", "noise_cv": noise_cv, "noise_reruns": 1,
+                         "device": device, "noise_cv": noise_cv, "noise_reruns": 1,
                          "context_note": "dasllama: --ctx CTX, each slot has CTX; "
                                          "llama-server: -c SLOTS*CTX split across -np SLOTS",
                          **(config or {})},
@@ -573,7 +584,7 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
                     for e in engines:
                         result["rows"] += rows_for(e, model, cell, figures[e.name],
                                                    firsts.get(e.name), threads,
-                                                   noise_cv or NOISE_CV)
+                                                   noise_cv or NOISE_CV, backend_of(device))
                     on_event("rows", done=len(result["rows"]), total=total)
                     on_rows(result)
                 if single_on:
@@ -587,7 +598,7 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
                         servers["dasllama"], ids["dasllama"], path, model, result, reps=reps,
                         threads=threads, max_tokens=max_tokens, slots=slots, ctx=ctx,
                         timeout=request_timeout, noise_cv=noise_cv or NOISE_CV,
-                        before_rep=before_rep, on_event=on_event, host=HOST)
+                        before_rep=before_rep, on_event=on_event, host=HOST, device=device)
                     on_event("rows", done=len(result["rows"]), total=total)
                     on_rows(result)
                 for e in engines:
@@ -637,6 +648,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dasllama-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for dasllama serve (repeat; kept in the record), "
                         "e.g. --dasllama-arg=--sliding-rings")
+    p.add_argument("--device", default="cpu", metavar="cpu|vulkan|vulkan:N|vulkan:NAME",
+                   help="where dasllama serve runs the model (default cpu); GPU rows pair with "
+                        "no peer row (llama-server here is a CPU build)")
     p.add_argument("--threads", "-t", type=int, default=None,
                    help="threads for both servers (default: physical cores)")
     p.add_argument("--concurrency", "-c", default=",".join(map(str, DEFAULT_CONCURRENCY)),
@@ -732,7 +746,8 @@ def run_serve(args) -> int:
     threads = args.threads or probe.machine()["physical_cores"] or os.cpu_count() or 1
     engines = []
     if args.engine in ("both", "dasllama"):
-        engines.append(dasllama_engine(extra=getattr(args, "dasllama_arg", None) or ()))
+        engines.append(dasllama_engine(extra=getattr(args, "dasllama_arg", None) or (),
+                                       device=args.device))
     if args.engine in ("both", "llama.cpp"):
         if not args.llama_server:
             raise PeerError("the llama.cpp server needs --llama-server PATH (or use --engine "
@@ -752,7 +767,7 @@ def run_serve(args) -> int:
                          request_timeout=args.request_timeout, log_dir=args.logs,
                          config={"smoke": True} if args.smoke else None,
                          on_event=on_event, on_rows=on_rows,
-                         single=getattr(args, "single", "off"))
+                         single=getattr(args, "single", "off"), device=args.device)
     saved = sys.argv
     sys.argv = portable_command(sys.argv)
     try:

@@ -121,14 +121,14 @@ def measure_single(server: ServerProcess, llm, model_id: str, *, reps: int, max_
 
 
 def single_rows(model: dict, versions: dict, figures: dict, *, threads: int, max_tokens: int,
-                slots: int, ctx: int, noise_cv: float) -> list:
+                slots: int, ctx: int, noise_cv: float, backend: str = "cpu") -> list:
     """The two rows (the server, then LLM.generate) of measure_single's figures."""
     rows = []
     for engine in ("dasllama", ANCHOR):
         figs = figures[engine]
         values = [f["tps"] for f in figs]
         s = summarize(values)
-        rows.append({"kind": "serve", "engine": engine, "backend": "cpu",
+        rows.append({"kind": "serve", "engine": engine, "backend": backend,
                      "version": versions[engine], "threads": threads, "model": model["file"],
                      "model_sha256": model["sha256"], "arch": model["arch"],
                      "quant": model["quant"], "params": model["params"], "test": SINGLE_TEST,
@@ -149,7 +149,7 @@ def single_rows(model: dict, versions: dict, figures: dict, *, threads: int, max
 def single_cell(server: ServerProcess, model_id: str, path, model: dict, result: dict, *,
                 reps: int, threads: int, max_tokens: int, slots: int, ctx: int, timeout: float,
                 noise_cv: float, before_rep: Callable[[], float], on_event,
-                host: str = "127.0.0.1") -> list:
+                host: str = "127.0.0.1", device: str = "cpu") -> list:
     """The cell in ``dasllama bench serve``'s run (serve.benchmark): LLM.generate loaded here
     with the server's threads and context per slot, measure_single against ``server`` (the
     dasllama one), its validation added to the result's; returns the two rows."""
@@ -160,7 +160,7 @@ def single_cell(server: ServerProcess, model_id: str, path, model: dict, result:
                                  f"{f['tps']:7.1f} t/s, {f['wall_ns'] / 1e6:8.1f} ms, waited "
                                  f"{f['waited_s']:.0f} s")
 
-    with LLM(str(path), n_ctx=ctx, threads=threads) as llm:
+    with LLM(str(path), n_ctx=ctx, threads=threads, device=device) as llm:
         figures = measure_single(server, llm, model_id, reps=reps, max_tokens=max_tokens,
                                  timeout=timeout, before_rep=before_rep, on_rep=on_rep,
                                  host=host)
@@ -170,4 +170,4 @@ def single_cell(server: ServerProcess, model_id: str, path, model: dict, result:
                                  **figures["validation"]})
     versions = {n: result["engines"][n]["version"] for n in ("dasllama", ANCHOR)}
     return single_rows(model, versions, figures, threads=threads, max_tokens=max_tokens,
-                       slots=slots, ctx=ctx, noise_cv=noise_cv)
+                       slots=slots, ctx=ctx, noise_cv=noise_cv, backend=device.split(":", 1)[0])
