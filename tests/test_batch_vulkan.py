@@ -118,6 +118,8 @@ def test_device_steps_equal_generate(pair):
     assert seat["served"] == engine.stats["steps"] > 0
     assert sum(seat["declined"].values()) == 0
     assert seat["device_kv_bytes"] > 0
+    # Steps of the same slots and rows as the last (steady decoding) submit it again.
+    assert 0 < seat["replays"] < seat["served"]
     assert texts == want
 
 

@@ -103,29 +103,34 @@ def freq_pairs(f: np.ndarray) -> np.ndarray:
     return np.stack([hi, lo], axis=1).reshape(-1)
 
 
-def run_rope_table(g, f: np.ndarray, n_tok: int, pos0: int) -> np.ndarray:
+def run_rope_table(g, f: np.ndarray, n_tok: int, pos0: int, row0: int = 0) -> np.ndarray:
     half = f.size
     n = n_tok * half * 2
+    skip = row0 * half * 2
     # The position is the base read from memory plus the argument: split it between the two.
     base = pos0 // 2
-    out = g.run("rope_table", [freq_pairs(f), nan_filled(n + 3), np.array([base], np.uint32)],
-                pack_args("III", half, n_tok, pos0 - base), (ceil_div(n_tok * half, 64), 1, 1))
+    out = g.run("rope_table", [freq_pairs(f), nan_filled(skip + n + 3),
+                               np.array([base], np.uint32)],
+                pack_args("IIII", half, n_tok, pos0 - base, row0),
+                (ceil_div(n_tok * half, 64), 1, 1))
     tab = np.asarray(out[1], dtype=np.float32)
-    assert np.all(np.isnan(tab[n:])), "rope_table wrote past its table"
-    return tab[:n].reshape(n_tok, half, 2)
+    assert np.all(np.isnan(tab[:skip])), "rope_table wrote before its first row"
+    assert np.all(np.isnan(tab[skip + n:])), "rope_table wrote past its table"
+    return tab[skip:skip + n].reshape(n_tok, half, 2)
 
 
-@pytest.mark.parametrize("n_rot,base,scale,pos0,n_tok", [
-    (64, 10000.0, 1.0, 5, 37),            # llama-like, early positions
-    (256, 1e6, 1.0, 100000, 17),          # gemma3 global layers, far positions
-    (128, 500000.0, 0.25, 131000, 9),     # linear scaling, near 128k
-], ids=["early", "pos100k", "pos131k-scaled"])
-def test_rope_table_matches_float64(gpu, n_rot, base, scale, pos0, n_tok):  # noqa: F811
+@pytest.mark.parametrize("n_rot,base,scale,pos0,n_tok,row0", [
+    (64, 10000.0, 1.0, 5, 37, 0),            # llama-like, early positions
+    (64, 10000.0, 1.0, 40, 3, 5),            # a batched call's sequence at row 5
+    (256, 1e6, 1.0, 100000, 17, 0),          # gemma3 global layers, far positions
+    (128, 500000.0, 0.25, 131000, 9, 0),     # linear scaling, near 128k
+], ids=["early", "rows-from-5", "pos100k", "pos131k-scaled"])
+def test_rope_table_matches_float64(gpu, n_rot, base, scale, pos0, n_tok, row0):  # noqa: F811
     factors = None
     if n_rot == 128:   # llama3-style per-pair factors
         factors = 1.0 + np.linspace(0.0, 7.0, n_rot // 2)
     f = rope_freqs(n_rot, base, scale, factors)
-    tab = run_rope_table(gpu, f, n_tok, pos0)
+    tab = run_rope_table(gpu, f, n_tok, pos0, row0)
     angle = (pos0 + np.arange(n_tok, dtype=np.float64))[:, None] * f[None, :]
     ref = np.stack([np.cos(angle), np.sin(angle)], axis=2)
     shifted = (pos0 + 1 + np.arange(n_tok, dtype=np.float64))[:, None] * f[None, :]

@@ -25,8 +25,6 @@ using gpu::stride_groups;
 // Threads of the element-wise and table kernels (their GK_WG).
 constexpr uint32_t kEltwiseGroup = 256;
 constexpr uint32_t kRopeTableGroup = 64;
-// Workgroups one dispatch takes (stride_groups' cap); rope_table has no stride loop.
-constexpr uint32_t kMaxRopeGroups = 65535;
 // Query rows up to which attention_decode (a workgroup per head and row) serves; longer calls
 // take the tiled attention_prefill.
 constexpr int64_t kAttnDecodeMaxTokens = 8;
@@ -274,8 +272,7 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
     e.barrier();
 
     // Bias, q/k norms, rope, and the K/V rows into the cache, in one pass a sequence.
-    const size_t rope = layer_rope_[size_t(il)];
-    gpu::Buffer& tab = call_.rope_tabs ? *(*call_.rope_tabs)[rope] : *ropes_[rope]->tab;
+    gpu::Buffer& tab = *ropes_[layer_rope_[size_t(il)]]->tab;
     gpu::Buffer& kc = *(*call_.k)[size_t(il)];
     gpu::Buffer& vc = *(*call_.v)[size_t(il)];
     gpu::Buffer* dummy = dummy_.get();
@@ -288,15 +285,14 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
         r.n_rot = u32(c.n_rot);
         r.qkv_off = u32(q.row0 * row);
         r.qkv_stride = row;
-        r.dst_pos = u32(q.kv_row + q.pos0);  // plus step_[0] (0 in a batched call)
-        // A call's own table starts at its first row; a pool's holds every position.
-        r.tab_off = call_.rope_tabs ? u32(q.pos0 * c.n_rot) : u32(q.row0 * c.n_rot);
+        r.dst_pos = u32(q.kv_row);  // plus the sequence's position
+        r.tab_off = u32(q.row0 * c.n_rot);
         r.flags = (c.qk_norm ? 1u : 0u) | (c.qkv_bias ? 2u : 0u);
         r.eps = float(c.rms_eps);
         e.dispatch(require_stamp(neox ? "qkv_rope_store_neox" : "qkv_rope_store_norm"),
                    {qkv_.get(), &tab, &kc, &vc, c.qk_norm ? l.q_norm.get() : dummy,
                     c.qk_norm ? l.k_norm.get() : dummy, c.qkv_bias ? l.bqkv.get() : dummy,
-                    step_.get()},
+                    q.pos},
                    r, u32(c.n_head + 2 * c.n_head_kv), u32(q.n));
     }
     e.barrier();
@@ -308,7 +304,7 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
         a.n_head_kv = u32(c.n_head_kv);
         a.head_dim = u32(c.head_dim);
         a.head_dim_v = u32(c.head_dim_v);
-        a.pos0 = u32(q.pos0);  // plus step_[0]
+        a.pos0 = 0;  // the sequence's position is q.pos[0]
         a.window = lc.sliding ? u32(c.sliding_window) : 0u;
         a.q_off = u32(q.row0 * row);
         a.q_stride = row;
@@ -325,11 +321,10 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
                                   : !cm.empty() ? cm
                                   : tile == 16  ? "attention_prefill"
                                                 : "attention_prefill_" + std::to_string(tile);
-        // The chunks of a split share one buffer, so only a call of one sequence splits.
-        const int64_t splits = decode && call_.seqs.size() == 1 ? recorded_.attn_splits : 0;
+        const int64_t splits = decode ? recorded_.attn_splits : 0;  // 0 for several sequences
         if (splits > 0) {
             e.dispatch(require_stamp("attention_decode_split"),
-                       {qkv_.get(), &kc, &vc, attn_parts_.get(), step_.get()}, a, u32(c.n_head),
+                       {qkv_.get(), &kc, &vc, attn_parts_.get(), q.pos}, a, u32(c.n_head),
                        u32(q.n), u32(splits));
             e.barrier();
             gk::attention_merge m{};
@@ -342,7 +337,7 @@ void GpuForward::attention_layer(gpu::Encoder& e, int il, int64_t n) {
             e.dispatch(require_stamp("attention_merge"), {attn_parts_.get(), attn_.get()}, m,
                        u32(c.n_head), u32(q.n));
         } else {
-            e.dispatch(require_stamp(stamp), {qkv_.get(), &kc, &vc, attn_.get(), step_.get()}, a,
+            e.dispatch(require_stamp(stamp), {qkv_.get(), &kc, &vc, attn_.get(), q.pos}, a,
                        u32(c.n_head), decode ? u32(q.n) : ceil_div(q.n, tile));
         }
     }
@@ -391,10 +386,9 @@ void GpuForward::run_chunk(const int32_t* ids, int64_t n, int64_t pos0, bool all
 
     const Shape shape{n, all_logits, logits != nullptr, dev.profiling(), exact,
                       tuning::generation(), decode_attention_splits(n, c.n_head, pos0 + n)};
-    call_.seqs.assign(1, CallSeq{0, n, 0, 0});
+    call_.seqs.assign(1, CallSeq{0, n, 0, step_.get()});
     call_.k = &kc_;
     call_.v = &vc_;
-    call_.rope_tabs = nullptr;
     call_.out_rows.clear();
     for (int64_t r = all_logits ? 0 : n - 1; logits && r < n; ++r) call_.out_rows.push_back(r);
     submit(shape, logits, all_logits ? n : 1);
@@ -420,8 +414,12 @@ void GpuForward::submit(const Shape& shape, float* logits, int64_t logit_rows) {
 void GpuForward::run_batch(const int32_t* ids, const DeviceRows* seqs, int n_seqs,
                            DeviceKVPool& pool, float* logits, bool exact) {
     const ModelConfig& c = cfg_;
+    Shape shape{0, false, false, device_->profiling(), exact, tuning::generation(), 0};
+    shape.pool = &pool;
     call_.seqs.clear();
     call_.out_rows.clear();
+    while (seq_pos_.size() < size_t(n_seqs))
+        seq_pos_.push_back(device_->alloc_host(4 * sizeof(uint32_t), "sequence_position"));
     int64_t n = 0;
     for (int i = 0; i < n_seqs; ++i) {
         const DeviceRows& q = seqs[i];
@@ -433,25 +431,25 @@ void GpuForward::run_batch(const int32_t* ids, const DeviceRows* seqs, int n_seq
             throw ShapeError("GPU batch: sequence " + std::to_string(i) + " has positions [" +
                              std::to_string(q.pos0) + ", " + std::to_string(q.pos0 + q.n) +
                              ") of a slot of n_ctx " + std::to_string(pool.n_ctx));
-        call_.seqs.push_back(CallSeq{n, q.n, q.pos0, int64_t(q.slot) * pool.slot_rows});
+        *static_cast<uint32_t*>(seq_pos_[size_t(i)]->mapped()) = u32(q.pos0);
+        call_.seqs.push_back(CallSeq{n, q.n, int64_t(q.slot) * pool.slot_rows,
+                                     seq_pos_[size_t(i)].get()});
+        shape.layout.insert(shape.layout.end(), {q.slot, q.n, q.want_logits ? 1 : 0});
         n += q.n;
         if (q.want_logits) call_.out_rows.push_back(n - 1);
     }
+    if (n == 0) throw ShapeError("GPU batch: no rows");
     if (n > max_batch_)
         throw ShapeError("GPU batch: " + std::to_string(n) + " rows exceed max_batch " +
                          std::to_string(max_batch_));
-    if (n == 0) throw ShapeError("GPU batch: no rows");
     call_.k = &pool.k;
     call_.v = &pool.v;
-    call_.rope_tabs = &pool.rope_tabs;
-
-    // Positions travel in the argument blocks: the base each kernel adds is 0.
-    *static_cast<uint32_t*>(step_->mapped()) = 0u;
+    shape.n = n;
+    shape.logits = !call_.out_rows.empty();
+    // The chunks of a split share one buffer, so only a call of one sequence splits.
+    if (n_seqs == 1) shape.attn_splits = decode_attention_splits(n, c.n_head, seqs[0].pos0 + n);
     load_ids(ids, n);
-    const int64_t n_out = int64_t(call_.out_rows.size());
-    Shape shape{n, false, n_out > 0, device_->profiling(), exact, tuning::generation(), 0};
-    shape.batched = true;
-    submit(shape, n_out > 0 ? logits : nullptr, n_out);
+    submit(shape, shape.logits ? logits : nullptr, int64_t(call_.out_rows.size()));
 }
 
 void GpuForward::record(gpu::Encoder& e, const Shape& shape) {
@@ -472,14 +470,15 @@ void GpuForward::record(gpu::Encoder& e, const Shape& shape) {
     } else {
         e.copy(*embd_in_, 0, *x_, 0, size_t(n) * E * sizeof(float));
     }
-    if (!call_.rope_tabs) {  // a pool's tables hold every position already
-        for (const auto& r : ropes_) {
+    for (const auto& r : ropes_) {
+        for (const CallSeq& q : call_.seqs) {
             gk::rope_table a{};
             a.n_half = u32(c.n_rot / 2);
-            a.n_tok = u32(n);
-            a.pos0 = 0;  // the call's position is step_[0]
-            e.dispatch(require_stamp("rope_table"), {r->freqs.get(), r->tab.get(), step_.get()}, a,
-                       stride_groups(n * (c.n_rot / 2), kRopeTableGroup));
+            a.n_tok = u32(q.n);
+            a.pos0 = 0;  // the sequence's position is q.pos[0]
+            a.row0 = u32(q.row0);
+            e.dispatch(require_stamp("rope_table"), {r->freqs.get(), r->tab.get(), q.pos}, a,
+                       stride_groups(q.n * (c.n_rot / 2), kRopeTableGroup));
         }
     }
     e.barrier();
@@ -611,12 +610,6 @@ std::unique_ptr<DeviceKVPool> GpuForward::make_kv_pool(int n_slots, int64_t n_ct
     if (n_slots < 1 || n_ctx < 1)
         throw ShapeError("GPU KV pool: " + std::to_string(n_slots) + " slots of " +
                          std::to_string(n_ctx) + " positions");
-    // rope_table runs a thread per (position, pair) in at most kMaxGroups workgroups.
-    if (n_ctx * (cfg_.n_rot / 2) > int64_t(kMaxRopeGroups) * kRopeTableGroup)
-        throw ShapeError("GPU KV pool: a rope table of " + std::to_string(n_ctx) +
-                         " positions exceeds one dispatch (" +
-                         std::to_string(int64_t(kMaxRopeGroups) * kRopeTableGroup /
-                                        (cfg_.n_rot / 2)) + " at most)");
     gpu::Device& dev = *device_;
     auto pool = std::make_unique<DeviceKVPool>();
     pool->device = device_;
@@ -632,20 +625,6 @@ std::unique_ptr<DeviceKVPool> GpuForward::make_kv_pool(int n_slots, int64_t n_ct
         enc->fill(*pool->k.back(), 0, pool->k.back()->size() / 4 * 4, 0u);
         enc->fill(*pool->v.back(), 0, pool->v.back()->size() / 4 * 4, 0u);
         pool->bytes += pool->k.back()->size() + pool->v.back()->size();
-    }
-    // Each rope's table of positions [0, n_ctx), from position base 0.
-    std::unique_ptr<gpu::Buffer> zero = dev.alloc_host(4 * sizeof(uint32_t), "zero_position");
-    std::memset(zero->mapped(), 0, zero->size());
-    for (const auto& r : ropes_) {
-        pool->rope_tabs.push_back(
-            dev.alloc(size_t(n_ctx) * size_t(cfg_.n_rot) * sizeof(float), "pool_rope_table"));
-        gk::rope_table a{};
-        a.n_half = u32(cfg_.n_rot / 2);
-        a.n_tok = u32(n_ctx);
-        a.pos0 = 0;
-        enc->dispatch(require_stamp("rope_table"),
-                      {r->freqs.get(), pool->rope_tabs.back().get(), zero.get()}, a,
-                      stride_groups(n_ctx * (cfg_.n_rot / 2), kRopeTableGroup));
     }
     dev.submit(*enc);
     return pool;

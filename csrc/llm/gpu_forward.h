@@ -10,8 +10,9 @@
 //
 // run_batch() runs the rows of several sequences in one call (a batching engine's step,
 // serve/batch_engine.h), each over its own slot of a DeviceKVPool: the products over all rows,
-// the rope, K/V store and attention per sequence. Its positions travel in the argument blocks,
-// so a batched call is recorded anew each time (never replayed).
+// the rope, K/V store and attention per sequence. Each sequence's position is read from mapped
+// memory of its own, so a step of the same slots and row counts as the last submits the last
+// recording again, as single-sequence decode does.
 #pragma once
 
 #include <cstdint>
@@ -58,15 +59,13 @@ int64_t decode_attention_splits(int64_t n, int64_t n_head, int64_t n_keys = 0);
 int64_t device_cache_rows(int64_t n_ctx);
 
 // The device K/V of a batching engine's slots: per layer one K and one V buffer (f16) of
-// n_slots x slot_rows rows, slot s's positions from row s * slot_rows, and per rope of the
-// model the cos/sin table of every position a slot holds, computed once when made.
+// n_slots x slot_rows rows, slot s's positions from row s * slot_rows.
 struct DeviceKVPool {
     std::shared_ptr<gpu::Device> device;  // outlives the buffers below
     int n_slots = 0;
     int64_t n_ctx = 0, slot_rows = 0;
     std::vector<std::unique_ptr<gpu::Buffer>> k, v;  // per layer
-    std::vector<std::unique_ptr<gpu::Buffer>> rope_tabs;  // per rope table of the forward
-    uint64_t bytes = 0;  // K and V
+    uint64_t bytes = 0;
 };
 
 // One sequence of a batched call: n rows at positions pos0.. of slot `slot` (whose cache must
@@ -118,31 +117,33 @@ public:
 
 private:
     struct RopeTab;
-    // What a recording depends on besides the mapped ids and position. A batched call's
-    // recording is never replayed (batched), and the next call records anew.
+    // What a recording depends on besides the mapped ids and positions: for a batched call
+    // also its pool and each sequence's slot, rows and whether it wants logits (layout).
     struct Shape {
         int64_t n = 0;
-        bool all_logits = false, logits = false, profiled = false, exact = false, batched = false;
+        bool all_logits = false, logits = false, profiled = false, exact = false;
         uint64_t knobs = 0;  // tuning::generation(): kernels read knobs when recorded
         int64_t attn_splits = 0;  // decode_attention_splits at the recorded position
+        const DeviceKVPool* pool = nullptr;  // null: run()'s own cache
+        std::vector<int64_t> layout;         // per sequence: slot, n, want_logits
         bool operator==(const Shape& o) const {
             return n == o.n && all_logits == o.all_logits && logits == o.logits &&
                    profiled == o.profiled && exact == o.exact && knobs == o.knobs &&
-                   attn_splits == o.attn_splits && !batched && !o.batched;
+                   attn_splits == o.attn_splits && pool == o.pool && layout == o.layout;
         }
     };
-    // The sequences of the call being recorded: rows [row0, row0 + n) at positions pos0.. of
-    // cache rows from kv_row (one sequence at row0 0, pos0 0 and kv_row 0 for run(), whose
-    // position is step_[0]); the K/V buffers per layer; the rope tables (null: the call's own,
-    // from rope_table); the rows whose logits are read, in order.
+    // The sequences of the call being recorded: rows [row0, row0 + n) of the call, whose
+    // first position is read from `pos` (step_ for run(), one buffer a sequence for
+    // run_batch()), over cache rows from kv_row of the K/V buffers per layer; the rows whose
+    // logits are read, in order.
     struct CallSeq {
-        int64_t row0 = 0, n = 0, pos0 = 0, kv_row = 0;
+        int64_t row0 = 0, n = 0, kv_row = 0;
+        gpu::Buffer* pos = nullptr;
     };
     struct Call {
         std::vector<CallSeq> seqs;
         std::vector<std::unique_ptr<gpu::Buffer>>* k = nullptr;
         std::vector<std::unique_ptr<gpu::Buffer>>* v = nullptr;
-        std::vector<std::unique_ptr<gpu::Buffer>>* rope_tabs = nullptr;
         std::vector<int64_t> out_rows;
     };
     void submit(const Shape& shape, float* logits, int64_t logit_rows);
@@ -207,6 +208,7 @@ private:
     std::unique_ptr<gpu::Buffer> q8_;     // a q8_1 form of an input (stage())
     std::unique_ptr<gpu::Buffer> attn_parts_;  // the chunks of a split decode attention
     std::unique_ptr<gpu::Buffer> head_rows_;   // a batched call's rows of logits, gathered
+    std::vector<std::unique_ptr<gpu::Buffer>> seq_pos_;  // a batched call's positions
     std::unique_ptr<gpu::Encoder> recording_;  // the last call's command buffer
     Shape recorded_;
     Call call_;  // what record() reads besides the shape

@@ -93,6 +93,7 @@ bool BatchSeat::serve(const int32_t* ids, const std::vector<Rows>& seqs, float* 
         for (const Rows& q : seqs) device_len_[size_t(q.slot)] = q.pos0 + q.n;
         stats_.served += 1;
         stats_.dispatches += p.forward->last_dispatches();
+        stats_.replays += p.forward->last_replayed() ? 1 : 0;
         return true;
     });
 }

@@ -10,8 +10,8 @@
 // steps may move between the two at any boundary with nothing recomputed.
 //
 // Declines: knob (DASLLAMA_SEAT_BATCH=0, set_seat_enabled("batch", false)), device/shape/memory
-// (the model has no device forward pass, or the pool cannot be placed: sliding-window rings,
-// whose host layout the device slots do not share, or too many positions for one rope table),
+// (the model has no device forward pass; sliding-window rings, whose host layout the device
+// slots do not share; or the pool cannot be placed),
 // shape (a step of more rows than the device forward pass holds), gpu_error (the step failed
 // on the device; the CPU runs it, nothing lost). reason() says why the last decline happened.
 #pragma once
