@@ -63,8 +63,8 @@ def pair(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def llama_pair(tmp_path_factory):
-    """The llama case alone, for the checks whose controls need varied text (the random
-    gemma3 repeats one token whatever the prompt or seed)."""
+    """The llama case alone, for the checks whose controls need varied text (on the random
+    gemma3 the two prefix prompts give the same text, and so do two seeds)."""
     path = tmp_path_factory.mktemp("m") / "llama.gguf"
     write_random_model(path, "llama", weight_type="Q8_0", seed=3, **SMALL)
     gpu, cpu = _open_pair(path)
@@ -252,3 +252,20 @@ def test_seat_knob_sends_every_step_to_the_cpu(llama_pair):
     assert "seats" not in BatchEngine(cpu, slots=1).stats
     with pytest.raises(ValueError, match="seats: prefill, decode, batch"):
         gpu.model.set_seat_enabled("nope", True)
+
+
+def test_a_new_engine_never_replays_a_freed_pools_recording(llama_pair):
+    # Engines one after another on one model: each step of the same layout as the last one
+    # replays, but an engine's first step must record anew, since the last recording was bound
+    # to the previous engine's (freed) device slots, whose memory the new pool may reuse.
+    gpu, cpu = llama_pair
+    prompt = gpu.tokenize(PROMPTS[0])[:1]
+    want = cpu.generate(prompt, max_tokens=3, temperature=0)
+    for _ in range(3):
+        engine = BatchEngine(gpu, slots=1)
+        texts, _ = _run(engine, [Request(prompt=prompt, max_tokens=3, sampling=GREEDY)])
+        seat = _seat(engine)
+        assert seat["served"] == engine.stats["steps"] == 3
+        assert seat["replays"] == 2, seat
+        assert texts == [want]
+        del engine

@@ -92,8 +92,8 @@ void bind_serve(py::module_& m) {
                 b["device_kv_bytes"] = e.device_kv_bytes();
             }
             return out;
-        }, "{'batch': served, declined by reason, dispatches, uploads, reason (why the last "
-           "decline), device_kv_bytes} on a model opened on a GPU; {} on the CPU.")
+        }, "{'batch': served, declined by reason, dispatches, uploads, replays, reason (why the "
+           "last decline), device_kv_bytes} on a model opened on a GPU; {} on the CPU.")
         .def_property_readonly("stats", [](const BatchEngine& e) {
             const serve::EngineStats& s = e.stats();
             py::dict d;

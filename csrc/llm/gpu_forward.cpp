@@ -1,6 +1,7 @@
 #include "llm/gpu_forward.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -415,7 +416,7 @@ void GpuForward::run_batch(const int32_t* ids, const DeviceRows* seqs, int n_seq
                            DeviceKVPool& pool, float* logits, bool exact) {
     const ModelConfig& c = cfg_;
     Shape shape{0, false, false, device_->profiling(), exact, tuning::generation(), 0};
-    shape.pool = &pool;
+    shape.pool = pool.id;
     call_.seqs.clear();
     call_.out_rows.clear();
     while (seq_pos_.size() < size_t(n_seqs))
@@ -611,8 +612,10 @@ std::unique_ptr<DeviceKVPool> GpuForward::make_kv_pool(int n_slots, int64_t n_ct
         throw ShapeError("GPU KV pool: " + std::to_string(n_slots) + " slots of " +
                          std::to_string(n_ctx) + " positions");
     gpu::Device& dev = *device_;
+    static std::atomic<uint64_t> last_id{0};
     auto pool = std::make_unique<DeviceKVPool>();
     pool->device = device_;
+    pool->id = ++last_id;
     pool->n_slots = n_slots;
     pool->n_ctx = n_ctx;
     pool->slot_rows = device_cache_rows(n_ctx);  // whole granules: a slot's reads stay in it

@@ -62,6 +62,9 @@ int64_t device_cache_rows(int64_t n_ctx);
 // n_slots x slot_rows rows, slot s's positions from row s * slot_rows.
 struct DeviceKVPool {
     std::shared_ptr<gpu::Device> device;  // outlives the buffers below
+    // Unique in the process: a recording names its pool by this, never by an address that a
+    // later pool may reuse once this one is freed.
+    uint64_t id = 0;
     int n_slots = 0;
     int64_t n_ctx = 0, slot_rows = 0;
     std::vector<std::unique_ptr<gpu::Buffer>> k, v;  // per layer
@@ -124,7 +127,7 @@ private:
         bool all_logits = false, logits = false, profiled = false, exact = false;
         uint64_t knobs = 0;  // tuning::generation(): kernels read knobs when recorded
         int64_t attn_splits = 0;  // decode_attention_splits at the recorded position
-        const DeviceKVPool* pool = nullptr;  // null: run()'s own cache
+        uint64_t pool = 0;                   // DeviceKVPool::id; 0: run()'s own cache
         std::vector<int64_t> layout;         // per sequence: slot, n, want_logits
         bool operator==(const Shape& o) const {
             return n == o.n && all_logits == o.all_logits && logits == o.logits &&

@@ -171,9 +171,9 @@ BatchEngine::Started BatchEngine::start(const int32_t* prompt, int64_t n,
         const size_t limit = std::min(s.tokens.size(), size_t(n - 1));
         size_t k = 0;
         while (k < limit && s.tokens[k] == prompt[k]) ++k;
-        // A ring layer that no longer holds the window before k cannot go on from there
-        // (unless the device slot, which keeps every position, holds them).
-        if (!pool_.slot(i).resumable(int64_t(k)) && !seat_->holds(i, int64_t(k))) k = 0;
+        // A ring layer that no longer holds the window before k cannot go on from there (the
+        // device slots are absent with rings: batch_seat.h).
+        if (!pool_.slot(i).resumable(int64_t(k))) k = 0;
         if (best < 0 || k > best_prefix || (k == best_prefix && s.used < slots_[size_t(best)].used)) {
             best = i;
             best_prefix = k;

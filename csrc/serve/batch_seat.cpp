@@ -89,6 +89,9 @@ bool BatchSeat::serve(const int32_t* ids, const std::vector<Rows>& seqs, float* 
             // Rows at and past each sequence's pos0 may be half written; the rest stand.
             for (const Rows& q : seqs) forget(q.slot, q.pos0);
             return decline(gpu::Decline::gpu_error, e.what());
+        } catch (const ShapeError& e) {  // a step the device pass does not take: the CPU's
+            for (const Rows& q : seqs) forget(q.slot, q.pos0);
+            return decline(gpu::Decline::shape, e.what());
         }
         for (const Rows& q : seqs) device_len_[size_t(q.slot)] = q.pos0 + q.n;
         stats_.served += 1;

@@ -12,8 +12,9 @@
 // Declines: knob (DASLLAMA_SEAT_BATCH=0, set_seat_enabled("batch", false)), device/shape/memory
 // (the model has no device forward pass; sliding-window rings, whose host layout the device
 // slots do not share; or the pool cannot be placed),
-// shape (a step of more rows than the device forward pass holds), gpu_error (the step failed
-// on the device; the CPU runs it, nothing lost). reason() says why the last decline happened.
+// shape (a step of more rows than the device forward pass holds, or one it refuses), gpu_error
+// (a submit failed; the CPU runs the step from the rows both sides still hold, which a lost
+// device may not give back). reason() says why the last decline happened.
 #pragma once
 
 #include <cstdint>
