@@ -165,8 +165,13 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t
 
 namespace {
 
-constexpr int64_t kQueryBlock = 16;  // queries that share one pass over the keys
+// Query vectors (a query row under one head) that share one pass over the keys: the heads of
+// one kv group and consecutive rows, so each block of keys is converted once for all of them.
+constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kKeyBlock = 64;    // keys converted and scored at a time
+// A step's work items per thread below which the heads of a kv group are split over items
+// (a lone decode row of a one-kv-head model would otherwise leave every thread but one idle).
+constexpr int64_t kItemsPerThread = 2;
 
 // Offsets of one thread's area, in floats.
 struct ScratchLayout {
@@ -193,31 +198,34 @@ AttentionScratch::AttentionScratch(int n_threads, int64_t head_dim, int64_t head
 
 namespace {
 
-// One query head over one block of queries: the online softmax of
-// Milakov & Gimelshein (2018), keeping a running maximum, sum and weighted sum per query.
-void attend_block(const AttentionShape& s, const float* q, int64_t h, int64_t t0, int64_t t1,
-                  int64_t pos0, const KVSource& kv, float* out, float* area,
+// One work item: query rows [t0, t1) under heads [h0, h1) of one kv group, with the online
+// softmax of Milakov & Gimelshein (2018): a running maximum, sum and weighted sum per query
+// vector. Key blocks lie on a fixed grid of kKeyBlock positions, so a query's result does not
+// depend on which rows or heads share its item.
+void attend_block(const AttentionShape& s, const float* q, int64_t h0, int64_t h1, int64_t t0,
+                  int64_t t1, int64_t pos0, const KVSource& kv, float* out, float* area,
                   float (*dot)(const float*, const float*, int64_t),
                   void (*axpy_fn)(float*, float, const float*, int64_t)) {
     const ScratchLayout L(s.head_dim, s.head_dim_v);
     const int64_t hd = s.head_dim, hdv = s.head_dim_v;
-    const int64_t kv_head = h / (s.n_head / s.n_head_kv);
+    const int64_t kv_head = h0 / (s.n_head / s.n_head_kv);
+    const int64_t nh = h1 - h0, nv = (t1 - t0) * nh;  // query vectors: row-major over heads
     float* acc = area + L.acc;
     float* mx = area + L.max;
     float* sum = area + L.sum;
     float* scores = area + L.scores;
-    const int64_t nq = t1 - t0;
-    std::fill(acc, acc + nq * hdv, 0.0f);
-    std::fill(mx, mx + nq, -std::numeric_limits<float>::infinity());
-    std::fill(sum, sum + nq, 0.0f);
+    std::fill(acc, acc + nv * hdv, 0.0f);
+    std::fill(mx, mx + nv, -std::numeric_limits<float>::infinity());
+    std::fill(sum, sum + nv, 0.0f);
 
     const int64_t first_pos = pos0 + t0, last_pos = pos0 + t1 - 1;
     const int64_t lo = s.window > 0 ? std::max<int64_t>(0, first_pos - s.window + 1) : 0;
-    for (int64_t kb = lo; kb <= last_pos; kb += kKeyBlock) {
+    for (int64_t kb = lo / kKeyBlock * kKeyBlock; kb <= last_pos; kb += kKeyBlock) {
         const int64_t nk = std::min(kKeyBlock, last_pos + 1 - kb);
         const float* K = kv.keys(kv_head, kb, nk, area + L.k);
         const float* V = kv.values(kv_head, kb, nk, area + L.v);
-        for (int64_t i = 0; i < nq; ++i) {
+        for (int64_t j = 0; j < nv; ++j) {
+            const int64_t i = j / nh, h = h0 + j % nh;
             const int64_t p = first_pos + i;
             const int64_t k_lo = s.window > 0 ? std::max(kb, p - s.window + 1) : kb;
             const int64_t k_hi = std::min(kb + nk - 1, p);
@@ -229,25 +237,44 @@ void attend_block(const AttentionShape& s, const float* q, int64_t h, int64_t t0
                 scores[k - kb] = sc;
                 block_max = std::max(block_max, sc);
             }
-            const float new_max = std::max(mx[i], block_max);
-            const float rescale = std::exp(mx[i] - new_max);  // 0 on the first block
-            float* a = acc + i * hdv;
-            float l = sum[i] * rescale;
+            const float new_max = std::max(mx[j], block_max);
+            const float rescale = std::exp(mx[j] - new_max);  // 0 on the first block
+            float* a = acc + j * hdv;
+            float l = sum[j] * rescale;
             for (int64_t d = 0; d < hdv; ++d) a[d] *= rescale;
             for (int64_t k = k_lo; k <= k_hi; ++k) {
                 const float w = std::exp(scores[k - kb] - new_max);
                 l += w;
                 axpy_fn(a, w, V + (k - kb) * hdv, hdv);
             }
-            sum[i] = l;
-            mx[i] = new_max;
+            sum[j] = l;
+            mx[j] = new_max;
         }
     }
-    for (int64_t i = 0; i < nq; ++i) {
+    for (int64_t j = 0; j < nv; ++j) {
         // Every query sees at least its own key, so sum > 0.
-        const float inv = 1.0f / sum[i];
-        float* o = out + ((t0 + i) * s.n_head + h) * hdv;
-        for (int64_t d = 0; d < hdv; ++d) o[d] = acc[i * hdv + d] * inv;
+        const float inv = 1.0f / sum[j];
+        float* o = out + ((t0 + j / nh) * s.n_head + h0 + j % nh) * hdv;
+        for (int64_t d = 0; d < hdv; ++d) o[d] = acc[j * hdv + d] * inv;
+    }
+}
+
+// How the query vectors of a call are cut into items: `heads` of one kv group and `rows`
+// consecutive query rows each (heads x rows <= kQueryBlock).
+struct ItemShape {
+    int64_t heads, rows, head_parts;  // head_parts: items across one kv group's heads
+    int64_t items(int64_t n_tokens, int64_t n_head_kv) const {
+        return (n_tokens + rows - 1) / rows * n_head_kv * head_parts;
+    }
+};
+
+ItemShape item_shape(const AttentionShape& s, const AttentionJob* jobs, int n_jobs, int n_threads) {
+    const int64_t group = s.n_head / s.n_head_kv;
+    for (int64_t heads = std::min(group, kQueryBlock);; heads = (heads + 1) / 2) {
+        const ItemShape shape{heads, kQueryBlock / heads, (group + heads - 1) / heads};
+        int64_t n = 0;
+        for (int j = 0; j < n_jobs; ++j) n += shape.items(jobs[j].n_tokens, s.n_head_kv);
+        if (heads == 1 || n >= kItemsPerThread * n_threads) return shape;
     }
 }
 
@@ -271,13 +298,13 @@ void attention_batch(const AttentionShape& s, const AttentionJob* jobs, int n_jo
     if (s.n_head_kv <= 0 || s.n_head % s.n_head_kv)
         throw ShapeError("attention: " + std::to_string(s.n_head) + " query heads cannot share " +
                          std::to_string(s.n_head_kv) + " kv heads");
-    // Work items, job after job: (query block, head), a job's later query blocks (which see
-    // more keys) first, handed out one at a time.
+    const ItemShape shape = item_shape(s, jobs, n_jobs, pool.size());
+    const int64_t group = s.n_head / s.n_head_kv, per_block = s.n_head_kv * shape.head_parts;
+    // Work items, job after job: (block of rows, kv group, part of its heads), a job's later
+    // row blocks (which see more keys) first, handed out one at a time.
     std::vector<int64_t> first_item(size_t(n_jobs) + 1, 0);
-    for (int j = 0; j < n_jobs; ++j) {
-        const int64_t n_qblocks = (jobs[j].n_tokens + kQueryBlock - 1) / kQueryBlock;
-        first_item[size_t(j) + 1] = first_item[size_t(j)] + s.n_head * n_qblocks;
-    }
+    for (int j = 0; j < n_jobs; ++j)
+        first_item[size_t(j) + 1] = first_item[size_t(j)] + shape.items(jobs[j].n_tokens, s.n_head_kv);
     const int64_t n_items = first_item[size_t(n_jobs)];
     if (n_items == 0) return;
     auto* dot = dot::active().f32;
@@ -290,11 +317,13 @@ void attention_batch(const AttentionShape& s, const AttentionJob* jobs, int n_jo
             while (item >= first_item[size_t(j) + 1]) ++j;  // items are taken in order
             const AttentionJob& job = jobs[j];
             const int64_t local = item - first_item[size_t(j)];
-            const int64_t n_qblocks = (job.n_tokens + kQueryBlock - 1) / kQueryBlock;
-            const int64_t qb = n_qblocks - 1 - local / s.n_head;
-            const int64_t h = local % s.n_head;
-            const int64_t t0 = qb * kQueryBlock;
-            attend_block(s, job.q, h, t0, std::min(t0 + kQueryBlock, job.n_tokens), job.pos0,
+            const int64_t n_blocks = (job.n_tokens + shape.rows - 1) / shape.rows;
+            const int64_t rb = n_blocks - 1 - local / per_block;
+            const int64_t part = local % per_block;
+            const int64_t h0 = part / shape.head_parts * group + part % shape.head_parts * shape.heads;
+            const int64_t h1 = std::min(h0 + shape.heads, (part / shape.head_parts + 1) * group);
+            const int64_t t0 = rb * shape.rows;
+            attend_block(s, job.q, h0, h1, t0, std::min(t0 + shape.rows, job.n_tokens), job.pos0,
                          *job.kv, job.out, area, dot, axpy_fn);
         }
     });

@@ -124,7 +124,8 @@ private:
 //   out[t, h] = sum_k softmax_k(scale * q[t, h] . K[k, h/g]) V[k, h/g]
 // over the keys k the query sees (k <= p, and p - k < window when window > 0).
 // q: [n_tokens, n_head, head_dim]; out: [n_tokens, n_head, head_dim_v]. Single pass with a
-// running maximum (online softmax), split over the pool by (head, block of queries).
+// running maximum (online softmax), split over the pool by (block of queries, heads of one kv
+// group): the heads that share a kv head share each conversion of its keys and values.
 void attention(const AttentionShape& s, const float* q, int64_t n_tokens, int64_t pos0,
                const KVSource& kv, float* out, ThreadPool& pool, AttentionScratch& scratch);
 

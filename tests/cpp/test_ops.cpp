@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <random>
 #include <vector>
@@ -238,6 +239,56 @@ TEST(attention_matches_double) {
                 CHECK(bites("  control: window ignored",
                             rel_l2(out, naive_attention(no_window, q, c.n_tokens, c.pos0, K, V)), bar));
             }
+        }
+    }
+}
+
+TEST(attention_batch_equals_each_job_alone) {
+    // The items a call is cut into (how many heads of a kv group share a pass over the keys)
+    // depend on the whole batch; a sequence's output must not. Bit for bit, as a batching
+    // engine's "same text at 1 or 8 slots" needs.
+    struct Job {
+        int64_t n_tokens, pos0;
+    };
+    const Job jobs[] = {{1, 70}, {1, 3}, {5, 130}, {1, 200}, {20, 0}};
+    const int n_jobs = int(sizeof jobs / sizeof jobs[0]);
+    for (int64_t window : {int64_t(0), int64_t(50)}) {
+        for (int n_threads : {1, 3}) {
+            ThreadPool pool(n_threads);
+            cpu::AttentionShape s;
+            s.n_head = 8;
+            s.n_head_kv = 2;
+            s.head_dim = s.head_dim_v = 32;
+            s.scale = float(1.0 / std::sqrt(32.0));
+            s.window = window;
+            cpu::AttentionScratch scratch(n_threads, 32, 32);
+            std::vector<std::vector<float>> q, K, V, batched, alone;
+            std::vector<std::unique_ptr<ArraySource>> src;
+            std::vector<cpu::AttentionJob> list;
+            K.reserve(n_jobs);  // each source keeps references to its arrays
+            V.reserve(n_jobs);
+            for (int j = 0; j < n_jobs; ++j) {
+                const int64_t n_pos = jobs[j].pos0 + jobs[j].n_tokens;
+                q.push_back(randn(size_t(jobs[j].n_tokens * 8 * 32), 20 + j, 2.0f));
+                K.push_back(randn(size_t(n_pos * 2 * 32), 40 + j, 2.0f));
+                V.push_back(randn(size_t(n_pos * 2 * 32), 60 + j));
+                src.push_back(std::make_unique<ArraySource>(K.back(), V.back(), 2, 32, 32));
+                batched.emplace_back(size_t(jobs[j].n_tokens * 8 * 32), NAN);
+                alone.emplace_back(size_t(jobs[j].n_tokens * 8 * 32), NAN);
+            }
+            for (int j = 0; j < n_jobs; ++j)
+                list.push_back({q[j].data(), jobs[j].n_tokens, jobs[j].pos0, src[j].get(),
+                                batched[j].data()});
+            cpu::attention_batch(s, list.data(), n_jobs, pool, scratch);
+            for (int j = 0; j < n_jobs; ++j) {
+                cpu::attention(s, q[j].data(), jobs[j].n_tokens, jobs[j].pos0, *src[j],
+                               alone[j].data(), pool, scratch);
+                CHECK(std::memcmp(batched[j].data(), alone[j].data(), batched[j].size() * 4) == 0);
+            }
+            // Control: the comparison sees a change of one query.
+            q[0][0] += 1.0f;
+            cpu::attention(s, q[0].data(), 1, jobs[0].pos0, *src[0], alone[0].data(), pool, scratch);
+            CHECK(std::memcmp(batched[0].data(), alone[0].data(), batched[0].size() * 4) != 0);
         }
     }
 }
