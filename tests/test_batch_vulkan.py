@@ -269,3 +269,54 @@ def test_a_new_engine_never_replays_a_freed_pools_recording(llama_pair):
         assert seat["replays"] == 2, seat
         assert texts == [want]
         del engine
+
+
+def test_generate_between_engine_steps(llama_pair):
+    # LLM.generate on the device between an engine's steps: both run on the model's one device
+    # forward pass (its own cache for generate, the engine's slots for the steps), and neither
+    # may replay the other's last recording.
+    gpu, cpu = llama_pair
+    want = _alone(cpu, n=2)
+    aside = cpu.generate(PROMPTS[2], max_tokens=4, temperature=0)
+    assert aside not in want
+    decode_before = gpu.stats["seats"]["decode"]["served"]
+    engine = BatchEngine(gpu, slots=2)
+    requests = _requests(gpu, n=2)
+    got = _collect(engine, requests)
+    between = []
+    while engine.has_work:
+        engine.step()
+        between.append(gpu.generate(PROMPTS[2], max_tokens=4, temperature=0))
+    assert _texts(got, requests) == want
+    assert set(between) == {aside}
+    seat = _seat(engine)
+    assert seat["served"] == engine.stats["steps"] == len(between)
+    assert gpu.stats["seats"]["decode"]["served"] > decode_before
+
+
+def test_a_step_wider_than_the_device_pass_declines_as_shape(tmp_path):
+    # A model opened on 2 positions has a device pass of 2 rows (and a CPU forward of 2, so an
+    # engine of 4 slots runs on a forward of its own). Steps of more rows decline as shape and
+    # the CPU runs them; once two sequences have ended, the device serves the other two,
+    # taking up the rows the CPU wrote.
+    path = tmp_path / "llama.gguf"
+    write_random_model(path, "llama", weight_type="Q8_0", seed=3, **SMALL)
+    try:
+        gpu = LLM(str(path), n_ctx=2, threads=2, device=SPEC)
+    except DeviceError as e:
+        _unavailable(f"no Vulkan device {SPEC!r}: {e}")
+    gpu.model.set_precision("f32")
+    with gpu, LLM(str(path), n_ctx=256, threads=2) as cpu:
+        cpu.model.set_precision("f32")
+        lengths = [2, 3, 10, 10]
+        want = [cpu.generate(p, max_tokens=n, temperature=0) for p, n in zip(PROMPTS, lengths)]
+        assert len(set(want)) == len(want), f"the control texts do not differ: {want}"
+        engine = BatchEngine(gpu, slots=4, n_ctx=64)
+        requests = [Request(prompt=gpu.tokenize(p), max_tokens=n, sampling=GREEDY)
+                    for p, n in zip(PROMPTS, lengths)]
+        texts, _ = _run(engine, requests)
+        seat = _seat(engine)
+        assert seat["declined"]["shape"] > 0 and seat["served"] > 0, seat
+        assert seat["served"] + seat["declined"]["shape"] == engine.stats["steps"], seat
+        assert seat["uploads"] > 0 and "holds 2" in seat["reason"], seat
+        assert texts == want

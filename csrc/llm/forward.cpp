@@ -30,6 +30,24 @@ namespace {
 // row's result depends on that row alone (cpu/matmul.h), so slicing changes no value.
 constexpr int64_t kFfnRows = 128;
 
+// Row-wise passes (norms, residual adds, gated activations) of at least this many values are
+// spread over the pool: a prompt chunk's ran on one thread while the others waited (a tenth
+// of a 2-thread prefill), and an 8-row decode step's activations cost more than a pool round.
+// Each row's values depend on that row alone, so the split changes none of them.
+constexpr int64_t kPoolValues = 4096;
+
+template <class Body>
+void for_rows(ThreadPool& pool, int64_t n_rows, int64_t row_values, const Body& body) {
+    if (n_rows < 2 || pool.size() == 1 || n_rows * row_values < kPoolValues) {
+        body(int64_t(0), n_rows);
+        return;
+    }
+    pool.run([&](int share, int n_shares) {
+        const int64_t r0 = n_rows * share / n_shares, r1 = n_rows * (share + 1) / n_shares;
+        if (r0 < r1) body(r0, r1);
+    });
+}
+
 }  // namespace
 
 Forward::Forward(const ModelConfig& cfg, const ModelWeights& w, int64_t max_batch, int n_threads)
@@ -166,20 +184,26 @@ void Forward::run_chunk(const int32_t* ids, const SequenceRows* seqs, int n_seqs
         const int64_t first = il == cfg_.n_layer - 1 ? wanted_from : 0;
         const int64_t rows = n - first;
         float* xr = x + first * E;
-        cpu::rmsnorm(x, l.attn_norm.data(), n, E, cfg_.rms_eps, xn_.data());
+        for_rows(pool, n, E, [&](int64_t r0, int64_t r1) {
+            cpu::rmsnorm(x + r0 * E, l.attn_norm.data(), r1 - r0, E, cfg_.rms_eps, xn_.data() + r0 * E);
+        });
         attention_layer(il, n, first, seqs, n_seqs, seq_pos0_.data(), pool);
-        if (cfg_.post_norms)
-            cpu::rmsnorm(out_.data(), l.post_attn_norm.data(), rows, E, cfg_.rms_eps, out_.data());
-        cpu::add(xr, out_.data(), rows * E);
-
-        cpu::rmsnorm(xr, l.ffn_norm.data(), rows, E, cfg_.rms_eps, xn_.data());
+        // Residual and norms of row r touch row r of out_, xr and xn_ alone.
+        for_rows(pool, rows, E, [&](int64_t r0, int64_t r1) {
+            float* o = out_.data() + r0 * E;
+            if (cfg_.post_norms) cpu::rmsnorm(o, l.post_attn_norm.data(), r1 - r0, E, cfg_.rms_eps, o);
+            cpu::add(xr + r0 * E, o, (r1 - r0) * E);
+            cpu::rmsnorm(xr + r0 * E, l.ffn_norm.data(), r1 - r0, E, cfg_.rms_eps, xn_.data() + r0 * E);
+        });
         if (cfg_.moe)
             moe_ffn(l, rows, pool);
         else
             dense_ffn(l, rows, pool);
-        if (cfg_.post_norms)
-            cpu::rmsnorm(out_.data(), l.post_ffn_norm.data(), rows, E, cfg_.rms_eps, out_.data());
-        cpu::add(xr, out_.data(), rows * E);
+        for_rows(pool, rows, E, [&](int64_t r0, int64_t r1) {
+            float* o = out_.data() + r0 * E;
+            if (cfg_.post_norms) cpu::rmsnorm(o, l.post_ffn_norm.data(), r1 - r0, E, cfg_.rms_eps, o);
+            cpu::add(xr + r0 * E, o, (r1 - r0) * E);
+        });
         if (between_layers) between_layers();
     }
 
@@ -267,10 +291,13 @@ void Forward::dense_ffn(const LayerWeights& l, int64_t n, ThreadPool& pool) {
     for (int64_t r0 = 0; r0 < n; r0 += ffn_rows_) {
         const int64_t rows = std::min(ffn_rows_, n - r0);
         cpu::matmul_shared_input(gate_up, 2, xn_.data() + r0 * E, rows, pool, precision_);
-        if (cfg_.gelu_ffn)
-            cpu::geglu_tanh(gate_.data(), up_.data(), rows * cfg_.n_ff);
-        else
-            cpu::swiglu(gate_.data(), up_.data(), rows * cfg_.n_ff);
+        const int64_t F = cfg_.n_ff;
+        for_rows(pool, rows, F, [&](int64_t a, int64_t b) {
+            if (cfg_.gelu_ffn)
+                cpu::geglu_tanh(gate_.data() + a * F, up_.data() + a * F, (b - a) * F);
+            else
+                cpu::swiglu(gate_.data() + a * F, up_.data() + a * F, (b - a) * F);
+        });
         mm(l.ffn_down, gate_.data(), rows, out_.data() + r0 * E, pool);
     }
 }
