@@ -279,7 +279,7 @@ def test_generate_between_engine_steps(llama_pair):
     want = _alone(cpu, n=2)
     aside = cpu.generate(PROMPTS[2], max_tokens=4, temperature=0)
     assert aside not in want
-    decode_before = gpu.stats["seats"]["decode"]["served"]
+    decode_before = gpu.model.seat_stats()["decode"]["served"]
     engine = BatchEngine(gpu, slots=2)
     requests = _requests(gpu, n=2)
     got = _collect(engine, requests)
@@ -291,7 +291,7 @@ def test_generate_between_engine_steps(llama_pair):
     assert set(between) == {aside}
     seat = _seat(engine)
     assert seat["served"] == engine.stats["steps"] == len(between)
-    assert gpu.stats["seats"]["decode"]["served"] > decode_before
+    assert gpu.model.seat_stats()["decode"]["served"] > decode_before
 
 
 def test_a_step_wider_than_the_device_pass_declines_as_shape(tmp_path):
