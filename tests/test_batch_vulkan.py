@@ -320,3 +320,37 @@ def test_a_step_wider_than_the_device_pass_declines_as_shape(tmp_path):
         assert seat["served"] + seat["declined"]["shape"] == engine.stats["steps"], seat
         assert seat["uploads"] > 0 and "holds 2" in seat["reason"], seat
         assert texts == want
+
+
+def _seat_steps(url):
+    """{(seat, outcome): steps} of /metrics' dasllama_gpu_seat_steps_total."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from test_server_support import httpx
+
+    out = {}
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=30).text):
+        for s in family.samples:
+            if s.name == "dasllama_gpu_seat_steps_total":
+                out[(s.labels["seat"], s.labels["outcome"])] = s.value
+    return out
+
+
+def test_server_metrics_count_the_seats_steps(tmp_path):
+    # What `dasllama bench serve --device` reads to know that the device served its rows.
+    from test_server_support import client, serve, spec
+
+    path = tmp_path / "llama.gguf"
+    write_random_model(path, "llama", weight_type="Q8_0", seed=3, **SMALL)
+    try:
+        LLM(str(path), n_ctx=64, threads=1, device=SPEC).close()
+    except DeviceError as e:
+        _unavailable(f"no Vulkan device {SPEC!r}: {e}")
+    with serve([spec("tiny", path)], parallel=2, n_ctx=64, device=SPEC) as srv:
+        before = _seat_steps(srv.url)
+        assert before.get(("batch", "served")) == 0 and before[("batch", "knob")] == 0
+        client(srv).completions.create(model="tiny", prompt="1, 2, 3,", max_tokens=5,
+                                       temperature=0, extra_body={"ignore_eos": True})
+        after = _seat_steps(srv.url)
+        assert after[("batch", "served")] >= 5, after
+        assert all(n == 0 for (seat, outcome), n in after.items() if outcome != "served"), after

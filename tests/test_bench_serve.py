@@ -289,3 +289,35 @@ def test_smoke_run_gives_a_valid_paired_record(tmp_path, random_model):
     del no_slots["rows"][0]["slots"]
     with pytest.raises(jsonschema.ValidationError):
         check_record(no_slots)
+
+
+@pytest.mark.timeout(600)
+def test_gpu_rows_say_the_device_served_every_step(tmp_path, random_model, monkeypatch):
+    # --device: each timed repetition's engine steps must all have been the batch seat's, as
+    # /metrics counts them; rows say how many. With the seat off by its knob the CPU runs the
+    # steps, and the run stops rather than label them with the GPU.
+    from gpu_helpers import SPEC, _unavailable
+
+    from dasllama import LLM
+    from dasllama.errors import DeviceError
+
+    try:
+        LLM(random_model, n_ctx=64, threads=1, device=SPEC).close()
+    except DeviceError as e:
+        _unavailable(f"no Vulkan device {SPEC!r}: {e}")
+    out = tmp_path / "gpu.json"
+    code, _, err = _bench("--smoke", "--engine", "dasllama", "--device", SPEC, "-m",
+                          random_model, "--concurrency", "2", "--prefix-concurrency", "0",
+                          "-q", "-o", out)
+    assert code == 0, err
+    rows = [r for r in json.loads(out.read_text())["rows"] if r["test"] == "agg_c2"]
+    assert rows and rows[0]["backend"] == "vulkan"
+    seat = rows[0]["seats"]["batch"]
+    assert seat["served"] > 0 and not any(seat["declined"].values()), seat
+
+    monkeypatch.setenv("DASLLAMA_SEAT_BATCH", "0")
+    code, _, err = _bench("--smoke", "--engine", "dasllama", "--device", SPEC, "-m",
+                          random_model, "--concurrency", "2", "--prefix-concurrency", "0",
+                          "-q", "-o", tmp_path / "never.json")
+    assert code == 1 and "batch seat served 0 steps" in err and "'knob'" in err, err
+    assert not (tmp_path / "never.json").exists()

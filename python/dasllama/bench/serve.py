@@ -206,6 +206,26 @@ def _kv_bytes_from_metrics(text: str) -> Optional[int]:
     return int(total) if seen else None
 
 
+def seat_steps_from_metrics(text: str) -> dict:
+    """{(seat, outcome): steps} of dasllama's dasllama_gpu_seat_steps_total samples (outcome:
+    "served" or a decline reason), summed over models."""
+    from prometheus_client.parser import text_string_to_metric_families  # the server extra
+
+    out: dict = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "dasllama_gpu_seat_steps_total":
+                key = (sample.labels.get("seat"), sample.labels.get("outcome"))
+                out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+def _seat_delta(before: dict, after: dict) -> dict:
+    """The batch seat's steps between two scrapes, by outcome."""
+    return {outcome: int(after[(seat, outcome)] - before.get((seat, outcome), 0.0))
+            for seat, outcome in after if seat == "batch"}
+
+
 # ----------------------------------------------------------------------------------------
 # one repetition of a cell, and the figures of a repetition
 
@@ -275,6 +295,12 @@ def rows_for(engine: Engine, model: dict, cell: dict, reps_figures: list,
             row["waited_s"] = [round(f.get("waited_s", 0.0), 1) for f in reps_figures]
             row["disturbed_samples"] = [x for f in reps_figures
                                         for x in f.get("disturbed_agg", [])]
+            if all("seat_steps" in f for f in reps_figures):   # the GPU's steps, timed reps
+                steps = [f["seat_steps"] for f in reps_figures]
+                row["seats"] = {"batch": {
+                    "served": sum(st.get("served", 0) for st in steps),
+                    "declined": {k: sum(st.get(k, 0) for st in steps)
+                                 for k in steps[0] if k != "served"}}}
             if all(f.get("others_cpu_s") is not None for f in reps_figures):
                 row["others_cpu_s"] = [round(f["others_cpu_s"], 3) for f in reps_figures]
         if first:
@@ -428,10 +454,14 @@ def _start_servers(servers: dict, engines: Sequence[Engine], path, model: dict, 
 
 def _run_cell(cell: dict, names: list, servers: dict, ids: dict, file: str, *, reps: int,
               seed: int, pause: float, quiet_wait: float, timeout: float,
-              noise_cv: Optional[float], idle_max: dict, on_event: Callable) -> tuple:
+              noise_cv: Optional[float], idle_max: dict, on_event: Callable,
+              device: str = "cpu") -> tuple:
     """One cell on every engine: an untimed round (warm-up; for the prefix cell, priming),
     then ``reps`` repetitions alternating engines, and once more for an engine whose
-    aggregate cv exceeds ``noise_cv``. Returns (figures, first attempts) per engine."""
+    aggregate cv exceeds ``noise_cv``. On a GPU ``device``, each dasllama repetition must
+    have had every engine step served by the device (its /metrics before and after): a row
+    saying "vulkan" for steps the CPU ran would be false. Returns (figures, first attempts)
+    per engine."""
     label = _label(cell)
     make = prefix_bodies if cell["prefix"] else request_bodies
     n_warm = cell["concurrency"] if cell["prefix"] else cell["slots"]
@@ -450,9 +480,22 @@ def _run_cell(cell: dict, names: list, servers: dict, ids: dict, file: str, *, r
             on_event("note", message=f"waited {waited:.0f} s for the machine to be quiet")
         bodies = make(ids[name], cell["requests"], cell["max_tokens"], key)
         others = [servers[n] for n in names if n != name]
+        check_seat = device != "cpu" and name == "dasllama"
+        if check_seat:
+            before = seat_steps_from_metrics(servers[name].get_text("/metrics") or "")
         fig = _one_rep(servers[name], others, bodies, cell["concurrency"],
                        cell["max_tokens"], timeout)
         fig["waited_s"] = waited
+        if check_seat:
+            steps = _seat_delta(before, seat_steps_from_metrics(
+                servers[name].get_text("/metrics") or ""))
+            declined = {k: n for k, n in steps.items() if k != "served" and n}
+            if not steps.get("served") or declined:
+                raise BenchError(f"{file} {label}: on --device {device}, dasllama's batch seat "
+                                 f"served {steps.get('served', 0)} steps of a repetition and "
+                                 f"declined {declined or 'none'}; the CPU ran what it "
+                                 "declined, so its rows would not be the device's")
+            fig["seat_steps"] = steps
         return fig
 
     def timed(which, attempt):
@@ -580,7 +623,8 @@ def benchmark(models: Sequence, engines: Sequence[Engine], *, threads: int,
                                                 reps=reps, seed=seed, pause=pause,
                                                 quiet_wait=quiet_wait,
                                                 timeout=request_timeout, noise_cv=noise_cv,
-                                                idle_max=idle_max, on_event=on_event)
+                                                idle_max=idle_max, on_event=on_event,
+                                                device=device)
                     for e in engines:
                         result["rows"] += rows_for(e, model, cell, figures[e.name],
                                                    firsts.get(e.name), threads,

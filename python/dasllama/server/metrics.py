@@ -3,7 +3,8 @@
 Per model (label ``model``), read from its engine at each scrape: requests running and queued,
 slots busy and slots, tokens/s generated over the last THROUGHPUT_WINDOW_S, prompt tokens,
 cached prompt tokens, prompt cache hits, generated tokens, KV pool bytes, and whether the model
-is loaded. Per speech model (TTS and ASR, which serve one request at a time): requests holding
+is loaded; on a GPU, the batching engine's steps by seat and outcome (served, or the reason
+the device declined them and the CPU ran them). Per speech model (TTS and ASR, which serve one request at a time): requests holding
 or waiting for it. Per ASR model: transcriptions by task and outcome, seconds of audio
 transcribed and seconds the model spent on them. Per server: HTTP requests by route and
 status, requests in flight, time to first token. Each app has a registry of its own, so several servers in one process do not mix.
@@ -60,6 +61,10 @@ class _EngineCollector:
                   for key, name, doc in _GAUGES}
         counters = {key: CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
                     for key, name, doc in _COUNTERS}
+        seat_steps = CounterMetricFamily(
+            f"{PREFIX}_gpu_seat_steps", "Batching-engine steps by GPU seat and outcome: "
+            "served on the device, or the reason it declined them (the CPU ran those).",
+            labels=["model", "seat", "outcome"])
         for entry in self._models.entries():
             loaded.add_metric([entry.name], 1.0 if entry.state == "ready" else 0.0)
             stats = entry.stats()
@@ -70,6 +75,10 @@ class _EngineCollector:
                 family.add_metric([entry.name], float(stats.get(key, 0)))
             for key, family in counters.items():
                 family.add_metric([entry.name], float(stats.get(key, 0)))
+            for seat, figures in stats.get("seats", {}).items():
+                seat_steps.add_metric([entry.name, seat, "served"], float(figures["served"]))
+                for reason, n in figures["declined"].items():
+                    seat_steps.add_metric([entry.name, seat, reason], float(n))
         serial = GaugeMetricFamily(f"{PREFIX}_serial_requests_active",
                                    "Requests holding or waiting for a model that serves one at a "
                                    "time (speech synthesis, transcription).", labels=["model"])
@@ -82,6 +91,7 @@ class _EngineCollector:
         yield tps
         yield from gauges.values()
         yield from counters.values()
+        yield seat_steps
 
 
 class ServerMetrics:
