@@ -313,7 +313,7 @@ def test_metrics_count_tokens_and_requests(server, api):
     assert after[("dasllama_slots", "tiny2")] == 2.0
     assert after[("dasllama_kv_pool_bytes", "tiny2")] > 0
     assert after[("dasllama_requests_running", "tiny2")] == 0.0
-    # On the CPU there are no GPU seats: the family is declared and empty.
+    # On the CPU there are no GPU seats: no seat-step samples.
     assert ("dasllama_gpu_seat_steps_total", "tiny2") not in after
     assert _http_count(server.url, "/v1/completions", "200") == answered + 1
 

@@ -221,19 +221,21 @@ void attend_block(const AttentionShape& s, const float* q, int64_t h0, int64_t h
     const int64_t first_pos = pos0 + t0, last_pos = pos0 + t1 - 1;
     const int64_t lo = s.window > 0 ? std::max<int64_t>(0, first_pos - s.window + 1) : 0;
     for (int64_t kb = lo / kKeyBlock * kKeyBlock; kb <= last_pos; kb += kKeyBlock) {
-        const int64_t nk = std::min(kKeyBlock, last_pos + 1 - kb);
-        const float* K = kv.keys(kv_head, kb, nk, area + L.k);
-        const float* V = kv.values(kv_head, kb, nk, area + L.v);
+        // Only the block's keys some query of the item sees are read: a sliding-window ring
+        // holds no more positions than that.
+        const int64_t k0 = std::max(kb, lo), nk = std::min(kb + kKeyBlock, last_pos + 1) - k0;
+        const float* K = kv.keys(kv_head, k0, nk, area + L.k);  // rows of keys k0 ...
+        const float* V = kv.values(kv_head, k0, nk, area + L.v);
         for (int64_t j = 0; j < nv; ++j) {
             const int64_t i = j / nh, h = h0 + j % nh;
             const int64_t p = first_pos + i;
-            const int64_t k_lo = s.window > 0 ? std::max(kb, p - s.window + 1) : kb;
-            const int64_t k_hi = std::min(kb + nk - 1, p);
+            const int64_t k_lo = s.window > 0 ? std::max(k0, p - s.window + 1) : k0;
+            const int64_t k_hi = std::min(k0 + nk - 1, p);
             if (k_lo > k_hi) continue;
             const float* qi = q + ((t0 + i) * s.n_head + h) * hd;
             float block_max = -std::numeric_limits<float>::infinity();
             for (int64_t k = k_lo; k <= k_hi; ++k) {
-                const float sc = dot(qi, K + (k - kb) * hd, hd) * s.scale;
+                const float sc = dot(qi, K + (k - k0) * hd, hd) * s.scale;
                 scores[k - kb] = sc;
                 block_max = std::max(block_max, sc);
             }
@@ -245,7 +247,7 @@ void attend_block(const AttentionShape& s, const float* q, int64_t h0, int64_t h
             for (int64_t k = k_lo; k <= k_hi; ++k) {
                 const float w = std::exp(scores[k - kb] - new_max);
                 l += w;
-                axpy_fn(a, w, V + (k - kb) * hdv, hdv);
+                axpy_fn(a, w, V + (k - k0) * hdv, hdv);
             }
             sum[j] = l;
             mx[j] = new_max;
@@ -268,7 +270,8 @@ struct ItemShape {
     }
 };
 
-ItemShape item_shape(const AttentionShape& s, const AttentionJob* jobs, int n_jobs, int n_threads) {
+ItemShape item_shape(const AttentionShape& s, const AttentionJob* jobs, int n_jobs,
+                     int n_threads) {
     const int64_t group = s.n_head / s.n_head_kv;
     for (int64_t heads = std::min(group, kQueryBlock);; heads = (heads + 1) / 2) {
         const ItemShape shape{heads, kQueryBlock / heads, (group + heads - 1) / heads};
@@ -304,7 +307,8 @@ void attention_batch(const AttentionShape& s, const AttentionJob* jobs, int n_jo
     // row blocks (which see more keys) first, handed out one at a time.
     std::vector<int64_t> first_item(size_t(n_jobs) + 1, 0);
     for (int j = 0; j < n_jobs; ++j)
-        first_item[size_t(j) + 1] = first_item[size_t(j)] + shape.items(jobs[j].n_tokens, s.n_head_kv);
+        first_item[size_t(j) + 1] =
+            first_item[size_t(j)] + shape.items(jobs[j].n_tokens, s.n_head_kv);
     const int64_t n_items = first_item[size_t(n_jobs)];
     if (n_items == 0) return;
     auto* dot = dot::active().f32;
@@ -320,8 +324,9 @@ void attention_batch(const AttentionShape& s, const AttentionJob* jobs, int n_jo
             const int64_t n_blocks = (job.n_tokens + shape.rows - 1) / shape.rows;
             const int64_t rb = n_blocks - 1 - local / per_block;
             const int64_t part = local % per_block;
-            const int64_t h0 = part / shape.head_parts * group + part % shape.head_parts * shape.heads;
-            const int64_t h1 = std::min(h0 + shape.heads, (part / shape.head_parts + 1) * group);
+            const int64_t kv = part / shape.head_parts;  // the item's kv group
+            const int64_t h0 = kv * group + part % shape.head_parts * shape.heads;
+            const int64_t h1 = std::min(h0 + shape.heads, (kv + 1) * group);
             const int64_t t0 = rb * shape.rows;
             attend_block(s, job.q, h0, h1, t0, std::min(t0 + shape.rows, job.n_tokens), job.pos0,
                          *job.kv, job.out, area, dot, axpy_fn);

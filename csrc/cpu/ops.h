@@ -86,7 +86,8 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t
 
 // Where attention reads keys and values: rows of one kv head over a run of positions, as
 // float32. A source may return a pointer into its own storage or convert into `scratch`
-// (room for n rows of the head's size).
+// (room for n rows of the head's size). Attention asks only for positions that some query of
+// the call sees (a sliding-window ring holds no others).
 class KVSource {
 public:
     virtual ~KVSource() = default;

@@ -185,15 +185,17 @@ void Forward::run_chunk(const int32_t* ids, const SequenceRows* seqs, int n_seqs
         const int64_t rows = n - first;
         float* xr = x + first * E;
         for_rows(pool, n, E, [&](int64_t r0, int64_t r1) {
-            cpu::rmsnorm(x + r0 * E, l.attn_norm.data(), r1 - r0, E, cfg_.rms_eps, xn_.data() + r0 * E);
+            cpu::rmsnorm(x + r0 * E, l.attn_norm.data(), r1 - r0, E, cfg_.rms_eps,
+                         xn_.data() + r0 * E);
         });
         attention_layer(il, n, first, seqs, n_seqs, seq_pos0_.data(), pool);
         // Residual and norms of row r touch row r of out_, xr and xn_ alone.
         for_rows(pool, rows, E, [&](int64_t r0, int64_t r1) {
             float* o = out_.data() + r0 * E;
-            if (cfg_.post_norms) cpu::rmsnorm(o, l.post_attn_norm.data(), r1 - r0, E, cfg_.rms_eps, o);
-            cpu::add(xr + r0 * E, o, (r1 - r0) * E);
-            cpu::rmsnorm(xr + r0 * E, l.ffn_norm.data(), r1 - r0, E, cfg_.rms_eps, xn_.data() + r0 * E);
+            const int64_t m = r1 - r0;
+            if (cfg_.post_norms) cpu::rmsnorm(o, l.post_attn_norm.data(), m, E, cfg_.rms_eps, o);
+            cpu::add(xr + r0 * E, o, m * E);
+            cpu::rmsnorm(xr + r0 * E, l.ffn_norm.data(), m, E, cfg_.rms_eps, xn_.data() + r0 * E);
         });
         if (cfg_.moe)
             moe_ffn(l, rows, pool);
@@ -201,8 +203,9 @@ void Forward::run_chunk(const int32_t* ids, const SequenceRows* seqs, int n_seqs
             dense_ffn(l, rows, pool);
         for_rows(pool, rows, E, [&](int64_t r0, int64_t r1) {
             float* o = out_.data() + r0 * E;
-            if (cfg_.post_norms) cpu::rmsnorm(o, l.post_ffn_norm.data(), r1 - r0, E, cfg_.rms_eps, o);
-            cpu::add(xr + r0 * E, o, (r1 - r0) * E);
+            const int64_t m = r1 - r0;
+            if (cfg_.post_norms) cpu::rmsnorm(o, l.post_ffn_norm.data(), m, E, cfg_.rms_eps, o);
+            cpu::add(xr + r0 * E, o, m * E);
         });
         if (between_layers) between_layers();
     }
@@ -292,11 +295,11 @@ void Forward::dense_ffn(const LayerWeights& l, int64_t n, ThreadPool& pool) {
         const int64_t rows = std::min(ffn_rows_, n - r0);
         cpu::matmul_shared_input(gate_up, 2, xn_.data() + r0 * E, rows, pool, precision_);
         const int64_t F = cfg_.n_ff;
-        for_rows(pool, rows, F, [&](int64_t a, int64_t b) {
+        for_rows(pool, rows, F, [&](int64_t s0, int64_t s1) {  // rows of this slice
             if (cfg_.gelu_ffn)
-                cpu::geglu_tanh(gate_.data() + a * F, up_.data() + a * F, (b - a) * F);
+                cpu::geglu_tanh(gate_.data() + s0 * F, up_.data() + s0 * F, (s1 - s0) * F);
             else
-                cpu::swiglu(gate_.data() + a * F, up_.data() + a * F, (b - a) * F);
+                cpu::swiglu(gate_.data() + s0 * F, up_.data() + s0 * F, (s1 - s0) * F);
         });
         mm(l.ffn_down, gate_.data(), rows, out_.data() + r0 * E, pool);
     }
@@ -339,7 +342,9 @@ void Forward::moe_ffn(const LayerWeights& l, int64_t n, ThreadPool& pool) {
             std::copy_n(xn_.data() + toks[i] * E, E, gathered_.data() + i * E);
         mm(l.gate_exps[size_t(e)], gathered_.data(), cnt, gate_.data(), pool);
         mm(l.up_exps[size_t(e)], gathered_.data(), cnt, up_.data(), pool);
-        cpu::swiglu(gate_.data(), up_.data(), cnt * F);
+        for_rows(pool, cnt, F, [&](int64_t r0, int64_t r1) {
+            cpu::swiglu(gate_.data() + r0 * F, up_.data() + r0 * F, (r1 - r0) * F);
+        });
         mm(l.down_exps[size_t(e)], gate_.data(), cnt, expert_out_.data(), pool);
         for (int64_t i = 0; i < cnt; ++i) {
             float* o = out_.data() + toks[i] * E;

@@ -65,6 +65,11 @@ bool BatchSeat::serve(const int32_t* ids, const std::vector<Rows>& seqs, float* 
                            "a step of " + std::to_string(rows) + " rows; the device forward "
                            "pass holds " + std::to_string(p.forward->max_batch()));
         const ModelConfig& cfg = model_.config();
+        // Rows at and past each sequence's pos0 may be half written; the rest stand.
+        auto failed = [&](gpu::Decline why, const char* what) {
+            for (const Rows& q : seqs) forget(q.slot, q.pos0);
+            return decline(why, what);
+        };
         std::vector<DeviceRows> dev(seqs.size());
         std::vector<float> k, v;
         try {
@@ -84,14 +89,15 @@ bool BatchSeat::serve(const int32_t* ids, const std::vector<Rows>& seqs, float* 
                 }
                 dev[i] = DeviceRows{q.slot, q.pos0, q.n, q.want_logits};
             }
+        } catch (const DeviceError& e) {
+            return failed(gpu::Decline::gpu_error, e.what());
+        }
+        try {
             p.forward->run_batch(ids, dev.data(), int(dev.size()), *pool_, logits, p.exact);
         } catch (const DeviceError& e) {
-            // Rows at and past each sequence's pos0 may be half written; the rest stand.
-            for (const Rows& q : seqs) forget(q.slot, q.pos0);
-            return decline(gpu::Decline::gpu_error, e.what());
-        } catch (const ShapeError& e) {  // a step the device pass does not take: the CPU's
-            for (const Rows& q : seqs) forget(q.slot, q.pos0);
-            return decline(gpu::Decline::shape, e.what());
+            return failed(gpu::Decline::gpu_error, e.what());
+        } catch (const ShapeError& e) {  // refused before anything was submitted
+            return failed(gpu::Decline::shape, e.what());
         }
         for (const Rows& q : seqs) device_len_[size_t(q.slot)] = q.pos0 + q.n;
         stats_.served += 1;

@@ -2,6 +2,7 @@
 // definitions. Every comparison prints its error next to its bar, and each family has a
 // negative control: a plausible bug whose error must exceed the bar at least tenfold.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -243,51 +244,87 @@ TEST(attention_matches_double) {
     }
 }
 
+// An ArraySource that notes any read outside [lo, hi]: a sliding-window ring holds only the
+// positions its queries can see.
+class BoundedSource : public ArraySource {
+public:
+    BoundedSource(const std::vector<float>& K, const std::vector<float>& V, int64_t n_head_kv,
+                  int64_t hd, int64_t lo, int64_t hi)
+        : ArraySource(K, V, n_head_kv, hd, hd), lo_(lo), hi_(hi) {}
+    const float* keys(int64_t kvh, int64_t pos0, int64_t n, float* scratch) const override {
+        note(pos0, n);
+        return ArraySource::keys(kvh, pos0, n, scratch);
+    }
+    const float* values(int64_t kvh, int64_t pos0, int64_t n, float* scratch) const override {
+        note(pos0, n);
+        return ArraySource::values(kvh, pos0, n, scratch);
+    }
+    bool strayed() const { return strayed_; }
+
+private:
+    void note(int64_t pos0, int64_t n) const {
+        if (pos0 < lo_ || pos0 + n - 1 > hi_) strayed_ = true;  // any thread may set it
+    }
+    int64_t lo_, hi_;
+    mutable std::atomic<bool> strayed_{false};
+};
+
 TEST(attention_batch_equals_each_job_alone) {
-    // The items a call is cut into (how many heads of a kv group share a pass over the keys)
-    // depend on the whole batch; a sequence's output must not. Bit for bit, as a batching
-    // engine's "same text at 1 or 8 slots" needs.
+    // The items a call is cut into (how many heads of a kv group share a pass over the keys,
+    // how many rows) depend on the whole batch and the threads; a sequence's output must not.
+    // Bit for bit, as a batching engine's "same text at 1 or 8 slots" needs. Windows above the
+    // key block (64) put an item's first visible key at different places in a block.
     struct Job {
         int64_t n_tokens, pos0;
     };
-    const Job jobs[] = {{1, 70}, {1, 3}, {5, 130}, {1, 200}, {20, 0}};
+    const Job jobs[] = {{1, 70}, {1, 3}, {5, 130}, {1, 200}, {20, 0}, {19, 150}};
     const int n_jobs = int(sizeof jobs / sizeof jobs[0]);
-    for (int64_t window : {int64_t(0), int64_t(50)}) {
+    const int64_t H = 8, HKV = 2, D = 32;
+    for (int64_t window : {int64_t(0), int64_t(50), int64_t(100)}) {
+        std::vector<std::vector<float>> q, K, V, first;  // first: alone, on 1 thread
+        K.reserve(n_jobs);  // each source keeps references to its arrays
+        V.reserve(n_jobs);
+        std::vector<std::unique_ptr<BoundedSource>> src;
+        for (int j = 0; j < n_jobs; ++j) {
+            const int64_t n_pos = jobs[j].pos0 + jobs[j].n_tokens;
+            q.push_back(randn(size_t(jobs[j].n_tokens * H * D), 20 + j, 2.0f));
+            K.push_back(randn(size_t(n_pos * HKV * D), 40 + j, 2.0f));
+            V.push_back(randn(size_t(n_pos * HKV * D), 60 + j));
+            const int64_t lo = window > 0 ? std::max<int64_t>(0, jobs[j].pos0 - window + 1) : 0;
+            src.push_back(
+                std::make_unique<BoundedSource>(K.back(), V.back(), HKV, D, lo, n_pos - 1));
+        }
+        cpu::AttentionShape s;
+        s.n_head = H;
+        s.n_head_kv = HKV;
+        s.head_dim = s.head_dim_v = D;
+        s.scale = float(1.0 / std::sqrt(double(D)));
+        s.window = window;
         for (int n_threads : {1, 3}) {
             ThreadPool pool(n_threads);
-            cpu::AttentionShape s;
-            s.n_head = 8;
-            s.n_head_kv = 2;
-            s.head_dim = s.head_dim_v = 32;
-            s.scale = float(1.0 / std::sqrt(32.0));
-            s.window = window;
-            cpu::AttentionScratch scratch(n_threads, 32, 32);
-            std::vector<std::vector<float>> q, K, V, batched, alone;
-            std::vector<std::unique_ptr<ArraySource>> src;
+            cpu::AttentionScratch scratch(n_threads, D, D);
+            std::vector<std::vector<float>> batched, alone;
             std::vector<cpu::AttentionJob> list;
-            K.reserve(n_jobs);  // each source keeps references to its arrays
-            V.reserve(n_jobs);
             for (int j = 0; j < n_jobs; ++j) {
-                const int64_t n_pos = jobs[j].pos0 + jobs[j].n_tokens;
-                q.push_back(randn(size_t(jobs[j].n_tokens * 8 * 32), 20 + j, 2.0f));
-                K.push_back(randn(size_t(n_pos * 2 * 32), 40 + j, 2.0f));
-                V.push_back(randn(size_t(n_pos * 2 * 32), 60 + j));
-                src.push_back(std::make_unique<ArraySource>(K.back(), V.back(), 2, 32, 32));
-                batched.emplace_back(size_t(jobs[j].n_tokens * 8 * 32), NAN);
-                alone.emplace_back(size_t(jobs[j].n_tokens * 8 * 32), NAN);
-            }
-            for (int j = 0; j < n_jobs; ++j)
+                batched.emplace_back(q[j].size(), NAN);
+                alone.emplace_back(q[j].size(), NAN);
                 list.push_back({q[j].data(), jobs[j].n_tokens, jobs[j].pos0, src[j].get(),
                                 batched[j].data()});
+            }
             cpu::attention_batch(s, list.data(), n_jobs, pool, scratch);
             for (int j = 0; j < n_jobs; ++j) {
                 cpu::attention(s, q[j].data(), jobs[j].n_tokens, jobs[j].pos0, *src[j],
                                alone[j].data(), pool, scratch);
-                CHECK(std::memcmp(batched[j].data(), alone[j].data(), batched[j].size() * 4) == 0);
+                const size_t bytes = q[j].size() * sizeof(float);
+                CHECK(std::memcmp(batched[j].data(), alone[j].data(), bytes) == 0);
+                if (n_threads == 1) first.push_back(alone[j]);
+                else CHECK(std::memcmp(first[j].data(), alone[j].data(), bytes) == 0);
+                CHECK(!src[j]->strayed());
             }
             // Control: the comparison sees a change of one query.
-            q[0][0] += 1.0f;
-            cpu::attention(s, q[0].data(), 1, jobs[0].pos0, *src[0], alone[0].data(), pool, scratch);
+            std::vector<float> q0 = q[0];
+            q0[0] += 1.0f;
+            cpu::attention(s, q0.data(), 1, jobs[0].pos0, *src[0], alone[0].data(), pool, scratch);
             CHECK(std::memcmp(batched[0].data(), alone[0].data(), batched[0].size() * 4) != 0);
         }
     }

@@ -220,10 +220,28 @@ def seat_steps_from_metrics(text: str) -> dict:
     return out
 
 
-def _seat_delta(before: dict, after: dict) -> dict:
+def _seat_scrape(server: ServerProcess, where: str) -> dict:
+    """The batch seat's step counts from the server's /metrics, or a BenchError saying why
+    there are none (the scrape failed, or the server runs no GPU seat)."""
+    text = server.get_text("/metrics")
+    if text is None:
+        raise BenchError(f"{where}: dasllama's /metrics did not answer, so whether the GPU "
+                         "served the steps is unknown")
+    steps = {outcome: n for (seat, outcome), n in seat_steps_from_metrics(text).items()
+             if seat == "batch"}
+    if "served" not in steps:
+        raise BenchError(f"{where}: dasllama's /metrics has no batch seat: the model is not "
+                         "on the GPU")
+    return steps
+
+
+def _seat_delta(before: dict, after: dict, where: str) -> dict:
     """The batch seat's steps between two scrapes, by outcome."""
-    return {outcome: int(after[(seat, outcome)] - before.get((seat, outcome), 0.0))
-            for seat, outcome in after if seat == "batch"}
+    delta = {k: int(n - before.get(k, 0.0)) for k, n in after.items()}
+    if any(n < 0 for n in delta.values()):
+        raise BenchError(f"{where}: dasllama's seat counts went down ({before} then {after}): "
+                         "the model was reloaded during the repetition")
+    return delta
 
 
 # ----------------------------------------------------------------------------------------
@@ -481,20 +499,20 @@ def _run_cell(cell: dict, names: list, servers: dict, ids: dict, file: str, *, r
         bodies = make(ids[name], cell["requests"], cell["max_tokens"], key)
         others = [servers[n] for n in names if n != name]
         check_seat = device != "cpu" and name == "dasllama"
+        where = f"{file} {label}"
         if check_seat:
-            before = seat_steps_from_metrics(servers[name].get_text("/metrics") or "")
+            before = _seat_scrape(servers[name], where)
         fig = _one_rep(servers[name], others, bodies, cell["concurrency"],
                        cell["max_tokens"], timeout)
         fig["waited_s"] = waited
         if check_seat:
-            steps = _seat_delta(before, seat_steps_from_metrics(
-                servers[name].get_text("/metrics") or ""))
+            steps = _seat_delta(before, _seat_scrape(servers[name], where), where)
             declined = {k: n for k, n in steps.items() if k != "served" and n}
-            if not steps.get("served") or declined:
-                raise BenchError(f"{file} {label}: on --device {device}, dasllama's batch seat "
-                                 f"served {steps.get('served', 0)} steps of a repetition and "
-                                 f"declined {declined or 'none'}; the CPU ran what it "
-                                 "declined, so its rows would not be the device's")
+            if not steps["served"] or declined:
+                raise BenchError(f"{where}: on --device {device}, dasllama's batch seat served "
+                                 f"{steps['served']} steps of a repetition and declined "
+                                 f"{declined or 'none'}; the CPU ran what it declined, so the "
+                                 "timings would not be the GPU's")
             fig["seat_steps"] = steps
         return fig
 

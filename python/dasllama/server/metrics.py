@@ -3,11 +3,12 @@
 Per model (label ``model``), read from its engine at each scrape: requests running and queued,
 slots busy and slots, tokens/s generated over the last THROUGHPUT_WINDOW_S, prompt tokens,
 cached prompt tokens, prompt cache hits, generated tokens, KV pool bytes, and whether the model
-is loaded; on a GPU, the batching engine's steps by seat and outcome (served, or the reason
-the device declined them and the CPU ran them). Per speech model (TTS and ASR, which serve one request at a time): requests holding
-or waiting for it. Per ASR model: transcriptions by task and outcome, seconds of audio
-transcribed and seconds the model spent on them. Per server: HTTP requests by route and
-status, requests in flight, time to first token. Each app has a registry of its own, so several servers in one process do not mix.
+is loaded; on a GPU, the batching engine's steps by seat and outcome (served, or the reason the
+device declined them and the CPU ran them). Per speech model (TTS and ASR, which serve one
+request at a time): requests holding or waiting for it. Per ASR model: transcriptions by task
+and outcome, seconds of audio transcribed and seconds the model spent on them. Per server: HTTP
+requests by route and status, requests in flight, time to first token. Each app has a registry
+of its own, so several servers in one process do not mix.
 """
 
 from __future__ import annotations
