@@ -323,17 +323,11 @@ def test_a_step_wider_than_the_device_pass_declines_as_shape(tmp_path):
 
 
 def _seat_steps(url):
-    """{(seat, outcome): steps} of /metrics' dasllama_gpu_seat_steps_total."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+    """{(seat, outcome): steps} of /metrics, read as `dasllama bench serve` reads them."""
+    from dasllama.bench.serve import seat_steps_from_metrics
     from test_server_support import httpx
 
-    out = {}
-    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=30).text):
-        for s in family.samples:
-            if s.name == "dasllama_gpu_seat_steps_total":
-                out[(s.labels["seat"], s.labels["outcome"])] = s.value
-    return out
+    return seat_steps_from_metrics(httpx.get(url + "/metrics", timeout=30).text)
 
 
 def test_server_metrics_count_the_seats_steps(tmp_path):
