@@ -38,7 +38,7 @@ float q8_0_generic(const uint8_t* a, const uint8_t* b, int64_t n) {
 
 namespace {
 
-const Kernels generic{"generic", f32_generic, q8_0_generic};
+const Kernels generic{"generic", f32_generic, q8_0_generic, f32_rows_each<f32_generic>};
 
 const Variants<Kernels>& variants() {
     static const Variants<Kernels> list{
@@ -61,6 +61,14 @@ DASLLAMA_VARIANT_ENTRY_POINTS(Kernels)
 float dot_f32(const float* a, const float* b, int64_t n) {
     if (n < 0) throw ShapeError("dot_f32: negative length " + std::to_string(n));
     return dot::active().f32(a, b, n);
+}
+
+void dot_f32_rows(const float* a, const float* rows, int64_t ld, int64_t n_rows, int64_t n,
+                  float* out) {
+    if (n < 0 || n_rows < 0 || ld < n)
+        throw ShapeError("dot_f32_rows: " + std::to_string(n_rows) + " rows of " +
+                         std::to_string(n) + " floats, " + std::to_string(ld) + " apart");
+    dot::active().f32_rows(a, rows, ld, n_rows, n, out);
 }
 
 float dot_q8_0(const uint8_t* a_blocks, const uint8_t* b_blocks, int64_t n) {

@@ -13,6 +13,12 @@ namespace dasllama::cpu {
 // sum_i a[i] * b[i] over n floats (n = 0 gives 0). Throws ShapeError when n < 0.
 float dot_f32(const float* a, const float* b, int64_t n);
 
+// out[j] = dot_f32(a, rows + j * ld, n) for j < n_rows, with the same bits as dot_f32 row by
+// row (the vector kernels sum 16 or 8 rows at once and reduce them together, pairing the lanes
+// as dot_f32's reduction does). Throws ShapeError when n, n_rows or ld is negative, or ld < n.
+void dot_f32_rows(const float* a, const float* rows, int64_t ld, int64_t n_rows, int64_t n,
+                  float* out);
+
 // Dot product of two Q8_0 rows of n elements (n / 32 blocks of 34 bytes: an f16 scale d, then
 // 32 int8 quants q). Result: sum over blocks of d_a * d_b * sum_i(int32(q_a[i] * q_b[i])).
 // The int8 products are summed exactly for every int8 value, -128 included. Throws
@@ -29,7 +35,16 @@ struct Kernels {
     const char* isa;  // the level it was built for: "generic", "avx2", "avx512", "neon_dotprod"
     float (*f32)(const float* a, const float* b, int64_t n);
     float (*q8_0)(const uint8_t* a_blocks, const uint8_t* b_blocks, int64_t n);
+    void (*f32_rows)(const float* a, const float* rows, int64_t ld, int64_t n_rows, int64_t n,
+                     float* out);
 };
+
+// f32_rows one row at a time through a variant's f32 (variants without a blocked kernel).
+template <float (*F32)(const float*, const float*, int64_t)>
+void f32_rows_each(const float* a, const float* rows, int64_t ld, int64_t n_rows, int64_t n,
+                   float* out) {
+    for (int64_t j = 0; j < n_rows; ++j) out[j] = F32(a, rows + j * ld, n);
+}
 
 // The variants this process may run (built, supported by the CPU, allowed by
 // DASLLAMA_CPU_ISA), best first; always ends with "generic".

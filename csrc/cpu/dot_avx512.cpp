@@ -8,7 +8,8 @@ namespace {
 using simd_x86::hsum;
 using simd_x86::load_f16;
 
-float f32_avx512(const float* a, const float* b, int64_t n) {
+// One row's four accumulators of f32_avx512, added together: the vector its result sums.
+inline __m512 f32_lanes(const float* a, const float* b, int64_t n) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
@@ -24,8 +25,44 @@ float f32_avx512(const float* a, const float* b, int64_t n) {
         acc1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i),
                                acc1);
     }
-    return hsum(
-        _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+    return _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3));
+}
+
+float f32_avx512(const float* a, const float* b, int64_t n) { return hsum(f32_lanes(a, b, n)); }
+
+// Lanes l and l + h of x and y added, for the pairs hsum makes: 256-bit halves of two rows
+// (lo: x's sums, hi: y's).
+inline __m512 add_halves(__m512 x, __m512 y) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+// Sixteen rows' f32_avx512 at once: their lane vectors reduced together with hsum's pairing
+// (l with l + 8, then + 4, + 2, + 1), so each sum has its row's bits.
+void f32_rows_avx512(const float* a, const float* rows, int64_t ld, int64_t n_rows, int64_t n,
+                     float* out) {
+    // after the four levels lane 4k + m holds row 4m + k
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    int64_t j = 0;
+    for (; j + 16 <= n_rows; j += 16) {
+        __m512 t[8];
+        for (int m = 0; m < 8; ++m)   // rows 2m, 2m + 1: lanes l + 8 onto l
+            t[m] = add_halves(f32_lanes(a, rows + (j + 2 * m) * ld, n),
+                              f32_lanes(a, rows + (j + 2 * m + 1) * ld, n));
+        __m512 u[4];
+        for (int m = 0; m < 4; ++m)   // 128-bit blocks: lanes + 4 onto l; rows 4m..4m+3
+            u[m] = _mm512_add_ps(
+                _mm512_shuffle_f32x4(t[2 * m], t[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                _mm512_shuffle_f32x4(t[2 * m], t[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+        __m512 v[2];
+        for (int m = 0; m < 2; ++m)   // lanes + 2 onto l
+            v[m] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * m], u[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(u[2 * m], u[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+        const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_ps(v[0], v[1], _MM_SHUFFLE(3, 1, 3, 1)));
+        _mm512_storeu_ps(out + j, _mm512_permutexvar_ps(order, w));
+    }
+    for (; j < n_rows; ++j) out[j] = f32_avx512(a, rows + j * ld, n);
 }
 
 // VNNI multiplies unsigned by signed bytes. a + 128 is unsigned (flip the top bit), and
@@ -77,7 +114,7 @@ float q8_0_avx512(const uint8_t* a, const uint8_t* b, int64_t n) {
     return hsum(_mm512_add_ps(acc, tail512));
 }
 
-const Kernels table{"avx512", f32_avx512, q8_0_avx512};
+const Kernels table{"avx512", f32_avx512, q8_0_avx512, f32_rows_avx512};
 
 }  // namespace
 

@@ -46,7 +46,7 @@ float q8_0_neon(const uint8_t* a, const uint8_t* b, int64_t n) {
     return vaddvq_f32(acc);
 }
 
-const Kernels table{"neon_dotprod", f32_neon, q8_0_neon};
+const Kernels table{"neon_dotprod", f32_neon, q8_0_neon, f32_rows_each<f32_neon>};
 
 }  // namespace
 

@@ -40,6 +40,7 @@ const Kernels generic{"generic", gelu_erf_generic, softmax_row_generic, log_sum_
 const cpu::Variants<Kernels>& variants() {
     static const cpu::Variants<Kernels> list{
 #if defined(DASLLAMA_X86)
+        kernels_avx512(),
         kernels_avx2(),
 #endif
         &generic};

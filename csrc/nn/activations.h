@@ -31,8 +31,9 @@ double log_sum_exp(const float* x, int64_t n);
 namespace act {
 struct Kernels {
     const char* isa;
-    // generic: the C library's erf and exp, sums in double. avx2: erfc by a Chebyshev-fitted
-    // exponential (fractional error 1.2e-7) and a polynomial exp (about 1 ulp), float sums.
+    // generic: the C library's erf and exp, sums in double. avx2 and avx512 (the same
+    // lanes' bits): erfc by a Chebyshev-fitted exponential (fractional error 1.2e-7) and a
+    // polynomial exp (about 1 ulp), sums in double.
     void (*gelu_erf)(float* x, int64_t n);
     void (*softmax_row)(float* x, int64_t n);
     // generic: exp in double; avx2: the polynomial exp in float lanes, summed in double.
@@ -41,7 +42,8 @@ struct Kernels {
 std::vector<std::string> available_variants();  // best first, ends with "generic"
 const Kernels& variant(std::string_view isa);   // throws Error when not available
 const Kernels& active();
-const Kernels* kernels_avx2();  // activations_avx2.cpp (x86-64 builds only)
+const Kernels* kernels_avx2();    // activations_avx2.cpp (x86-64 builds only)
+const Kernels* kernels_avx512();  // activations_avx512.cpp (x86-64 builds only)
 }  // namespace act
 
 }  // namespace dasllama::nn

@@ -74,7 +74,7 @@ void attend_few(const HeadKV& kv, const float* q, int64_t ld_q, int64_t n_q, flo
             const float* vt = reinterpret_cast<const float*>(kv.values_t(h).data);
             for (int64_t i = 0; i < n_q; ++i) {
                 for (int64_t c = 0; c < hd; ++c) qh[c] = q[i * ld_q + h * hd + c] * scale;
-                for (int64_t j = 0; j < n_kv; ++j) p[j] = cpu::dot_f32(qh, k + j * hd, hd);
+                cpu::dot_f32_rows(qh, k, hd, n_kv, hd, p);
                 softmax_row(p, n_kv);
                 float* o = out + i * ld_out + h * hd;
                 for (int64_t c = 0; c < hd; ++c) o[c] = cpu::dot_f32(vt + c * n_kv, p, n_kv);

@@ -5,6 +5,8 @@
 // [n_kv, head_dim] and V_h^T [head_dim, n_kv] per head. For each head, scores = q_h K_h^T
 // (scaled), a softmax per query row, then out_h = P V_h: two float32 matmuls. Made once from
 // rows (the cross-attention cache is made once per window and read at every decoding step).
+// A decoding step's few queries take the scores of all keys with cpu::dot_f32_rows instead
+// (a dot product per key, 16 keys reduced at once) and the sums with a dot per value column.
 #pragma once
 
 #include <cstdint>

@@ -15,14 +15,14 @@ namespace dasllama::nn {
 
 namespace self_attn {
 
-void scores_generic(const float* qs, int64_t nq, int64_t hd, const float* kt, int64_t n_kt,
-                    float* s) {
+void scores_generic(const float* qs, int64_t nq, int64_t hd, const float* kt, int64_t ld_kt,
+                    int64_t n_kt, float* s, int64_t ld_s) {
     for (int64_t i = 0; i < nq; ++i) {
-        float* row = s + i * n_kt;
+        float* row = s + i * ld_s;
         std::fill(row, row + n_kt, 0.0f);
         for (int64_t c = 0; c < hd; ++c) {
             const float a = qs[i * hd + c];
-            const float* kc = kt + c * n_kt;
+            const float* kc = kt + c * ld_kt;
             for (int64_t j = 0; j < n_kt; ++j) row[j] += a * kc[j];
         }
     }
@@ -69,22 +69,23 @@ using self_attn::kKeyPad;
 using self_attn::kQueryBlock;
 
 // One (head, query block) task: scores, softmax rows, weighted sum by key blocks.
-void attend_block(const self_attn::Kernels& kern, const float* q, const float* v, int64_t ld,
-                  int64_t n, int64_t hd, int64_t h, int64_t i0, int64_t nq, float scale,
-                  const float* kt, int64_t n_kt, float* out, int64_t ld_out,
-                  std::vector<float>& buf) {
-    buf.resize(size_t(kQueryBlock * (n_kt + 2 * hd)));
+// kt: the head's keys transposed (rows ld_t apart); vh: its value rows, packed (ld_vh apart).
+void attend_block(const self_attn::Kernels& kern, const float* q, int64_t ld, int64_t n,
+                  int64_t hd, int64_t h, int64_t i0, int64_t nq, float scale, const float* kt,
+                  const float* vh, int64_t ld_vh, int64_t n_kt, int64_t ld_t, float* out,
+                  int64_t ld_out, std::vector<float>& buf) {
+    buf.resize(size_t(kQueryBlock * (ld_t + 2 * hd)));
     float* s = buf.data();
-    float* qs = s + kQueryBlock * n_kt;
+    float* qs = s + kQueryBlock * ld_t;
     float* tot = qs + kQueryBlock * hd;
     for (int64_t i = 0; i < nq; ++i)
         for (int64_t c = 0; c < hd; ++c) qs[i * hd + c] = q[(i0 + i) * ld + h * hd + c] * scale;
-    kern.scores(qs, nq, hd, kt, n_kt, s);
-    for (int64_t i = 0; i < nq; ++i) softmax_row(s + i * n_kt, n);
+    kern.scores(qs, nq, hd, kt, ld_t, n_kt, s, ld_t);
+    for (int64_t i = 0; i < nq; ++i) softmax_row(s + i * ld_t, n);
     std::fill(tot, tot + nq * hd, 0.0f);
     for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock)
-        kern.weighted_sum(s + j0, n_kt, nq, v + j0 * ld + h * hd, ld,
-                          std::min(kKeyBlock, n - j0), hd, tot);
+        kern.weighted_sum(s + j0, ld_t, nq, vh + j0 * ld_vh, ld_vh, std::min(kKeyBlock, n - j0),
+                          hd, tot);
     for (int64_t i = 0; i < nq; ++i)
         std::copy(tot + i * hd, tot + (i + 1) * hd, out + (i0 + i) * ld_out + h * hd);
 }
@@ -97,17 +98,23 @@ void run(const self_attn::Kernels& kern, const float* q, const float* k, const f
                          std::to_string(n_head) + " heads of " + std::to_string(hd) +
                          ", ld " + std::to_string(ld) + ", ld_out " + std::to_string(ld_out));
     const int64_t n_kt = (n + kKeyPad - 1) / kKeyPad * kKeyPad;
-    sc.kt.resize(size_t(n_head * hd * n_kt));
+    const int64_t ld_t = n_kt + self_attn::kRowSkew;   // transposed keys' and scores' rows
+    const int64_t ld_vh = hd;   // packed value rows: a key block's values are contiguous
+    sc.kt.resize(size_t(n_head * hd * ld_t));
+    sc.vh.resize(size_t(n_head * n * ld_vh));
     if (int64_t(sc.shares.size()) < pool.size()) sc.shares.resize(size_t(pool.size()));
-    // K_h^T per head; the padding columns stay zero.
+    // K_h^T and V_h per head; the padding columns of K_h^T stay zero.
     pool.run([&](int t, int nt) {
         for (int64_t h = t; h < n_head; h += nt) {
-            float* kh = sc.kt.data() + h * hd * n_kt;
+            float* kh = sc.kt.data() + h * hd * ld_t;
+            float* vh = sc.vh.data() + h * n * ld_vh;
             for (int64_t c = 0; c < hd; ++c)
-                std::fill(kh + c * n_kt + n, kh + (c + 1) * n_kt, 0.0f);
+                std::fill(kh + c * ld_t + n, kh + c * ld_t + n_kt, 0.0f);
             for (int64_t j = 0; j < n; ++j) {
                 const float* kr = k + j * ld + h * hd;
-                for (int64_t c = 0; c < hd; ++c) kh[c * n_kt + j] = kr[c];
+                for (int64_t c = 0; c < hd; ++c) kh[c * ld_t + j] = kr[c];
+                const float* vr = v + j * ld + h * hd;
+                std::copy(vr, vr + hd, vh + j * ld_vh);
             }
         }
     });
@@ -118,8 +125,9 @@ void run(const self_attn::Kernels& kern, const float* q, const float* k, const f
         for (int64_t task; (task = next.fetch_add(1, std::memory_order_relaxed)) < n_tasks;) {
             // head-major: the threads share one head's keys and values in cache at a time
             const int64_t h = task / n_blocks, i0 = (task % n_blocks) * kQueryBlock;
-            attend_block(kern, q, v, ld, n, hd, h, i0, std::min(kQueryBlock, n - i0), scale,
-                         sc.kt.data() + h * hd * n_kt, n_kt, out, ld_out, sc.shares[size_t(t)]);
+            attend_block(kern, q, ld, n, hd, h, i0, std::min(kQueryBlock, n - i0), scale,
+                         sc.kt.data() + h * hd * ld_t, sc.vh.data() + h * n * ld_vh, ld_vh,
+                         n_kt, ld_t, out, ld_out, sc.shares[size_t(t)]);
         }
     });
 }

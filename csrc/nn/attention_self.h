@@ -4,7 +4,8 @@
 // attend_self runs all heads in one pool round: threads take (head, block of queries) tasks.
 // A task computes the block's scores against every key (keys transposed once per call, so
 // the product broadcasts query values against contiguous key columns), a softmax per row,
-// then the weighted sum of value rows, key block by key block: a block's partial sums are added
+// then the weighted sum of value rows (packed per head once per call), key block by key
+// block: a block's partial sums are added
 // to the running totals, so no float sum runs over more than kKeyBlock terms. Scores of a
 // block stay in the thread's cache; nothing of size n x n is ever stored.
 //
@@ -43,7 +44,8 @@ struct Bf16Block {
 
 // Working memory of attend_self, grown to the largest call and reused.
 struct SelfAttendScratch {
-    std::vector<float> kt;                    // [n_head][head_dim][n_kv rounded up]
+    std::vector<float> kt;                    // [n_head][head_dim][n_kv rounded up, skewed]
+    std::vector<float> vh;                    // [n_head][n_kv][head_dim]
     std::vector<std::vector<float>> shares;  // per pool share: scores, scaled queries, totals
     std::vector<uint16_t> keys_bf16, values_bf16;          // the bfloat16 path's packed heads
     std::vector<self_attn::Bf16Block> blocks;               // per pool share
@@ -78,6 +80,12 @@ namespace self_attn {
 // Keys of one call are padded to a multiple of this (zero columns: scores computed and
 // ignored), so the kernels' key tiles never need masks.
 constexpr int64_t kKeyPad = 64;
+// The keys' transposed rows and the scores' rows of one call lie this many floats past a
+// multiple of kKeyPad apart: at 1536 keys a plain stride of 6 KiB maps the rows of a key tile
+// into a few sets of a 12-way L1, so the tiles every query block re-reads missed it. (Values
+// are packed per head into contiguous rows for the same reason: the rows of a fused q/k/v
+// projection, 3 * 512 floats apart, collide the same way.)
+constexpr int64_t kRowSkew = 16;
 // Keys per partial sum of the weighted sum (see the header comment).
 constexpr int64_t kKeyBlock = 128;
 // Queries per task: their scores (kQueryBlock x n_kv floats) stay in L2 while a key block's
@@ -87,17 +95,18 @@ constexpr int64_t kQueryBlock = 96;
 struct Kernels {
     const char* isa;
     // s[i, j] = sum_c qs[i, c] kt[c, j] for i < nq, j < n_kt (a multiple of kKeyPad);
-    // qs is nq x hd (row stride hd, already scaled), kt hd x n_kt, s row stride n_kt.
-    void (*scores)(const float* qs, int64_t nq, int64_t hd, const float* kt, int64_t n_kt,
-                   float* s);
+    // qs is nq x hd (row stride hd, already scaled), kt hd x n_kt (rows ld_kt apart), s rows
+    // ld_s apart.
+    void (*scores)(const float* qs, int64_t nq, int64_t hd, const float* kt, int64_t ld_kt,
+                   int64_t n_kt, float* s, int64_t ld_s);
     // tot[i, c] += sum_{j < nk} p[i, j] v[j, c] for i < nq, c < hd; p rows ld_p apart, v rows
     // ld_v apart, tot row stride hd. One call is one key block (nk <= kKeyBlock).
     void (*weighted_sum)(const float* p, int64_t ld_p, int64_t nq, const float* v, int64_t ld_v,
                          int64_t nk, int64_t hd, float* tot);
 };
 // The generic kernels (plain C++); the AVX-512 file calls them for shapes it does not tile.
-void scores_generic(const float* qs, int64_t nq, int64_t hd, const float* kt, int64_t n_kt,
-                    float* s);
+void scores_generic(const float* qs, int64_t nq, int64_t hd, const float* kt, int64_t ld_kt,
+                    int64_t n_kt, float* s, int64_t ld_s);
 void weighted_sum_generic(const float* p, int64_t ld_p, int64_t nq, const float* v, int64_t ld_v,
                           int64_t nk, int64_t hd, float* tot);
 std::vector<std::string> available_variants();  // best first, ends with "generic"

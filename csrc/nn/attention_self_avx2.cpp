@@ -19,12 +19,13 @@ constexpr int kKeyStrip = 16;
 constexpr int kSumQ = 2;     // queries per weighted-sum tile
 
 template <int Q>
-void scores_tile(const float* qs, int64_t hd, const float* kt, int64_t n_kt, float* s) {
+void scores_tile(const float* qs, int64_t hd, const float* kt, int64_t ld_kt, float* s,
+                 int64_t ld_s) {
     __m256 acc[Q][2];
 #pragma GCC unroll 6
     for (int i = 0; i < Q; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (int64_t c = 0; c < hd; ++c) {
-        const float* kc = kt + c * n_kt;
+        const float* kc = kt + c * ld_kt;
         const __m256 k0 = _mm256_loadu_ps(kc), k1 = _mm256_loadu_ps(kc + 8);
 #pragma GCC unroll 6
         for (int i = 0; i < Q; ++i) {
@@ -35,36 +36,37 @@ void scores_tile(const float* qs, int64_t hd, const float* kt, int64_t n_kt, flo
     }
 #pragma GCC unroll 6
     for (int i = 0; i < Q; ++i) {
-        _mm256_storeu_ps(s + i * n_kt, acc[i][0]);
-        _mm256_storeu_ps(s + i * n_kt + 8, acc[i][1]);
+        _mm256_storeu_ps(s + i * ld_s, acc[i][0]);
+        _mm256_storeu_ps(s + i * ld_s + 8, acc[i][1]);
     }
 }
 
 template <int Q>
-void scores_rows(const float* qs, int64_t hd, const float* kt, int64_t n_kt, float* s) {
+void scores_rows(const float* qs, int64_t hd, const float* kt, int64_t ld_kt, float* s,
+                 int64_t ld_s) {
     for (int64_t j = 0; j < kKeyPad; j += kKeyStrip)
-        scores_tile<Q>(qs, hd, kt + j, n_kt, s + j);
+        scores_tile<Q>(qs, hd, kt + j, ld_kt, s + j, ld_s);
 }
 
 // Key tile by key tile, every query of the call against it (as the AVX-512 kernel).
-void scores_avx2(const float* qs, int64_t nq, int64_t hd, const float* kt, int64_t n_kt,
-                 float* s) {
+void scores_avx2(const float* qs, int64_t nq, int64_t hd, const float* kt, int64_t ld_kt,
+                 int64_t n_kt, float* s, int64_t ld_s) {
     if (n_kt % kKeyPad != 0) {
-        scores_generic(qs, nq, hd, kt, n_kt, s);
+        scores_generic(qs, nq, hd, kt, ld_kt, n_kt, s, ld_s);
         return;
     }
     for (int64_t j = 0; j < n_kt; j += kKeyPad) {
         int64_t i = 0;
         for (; i + kScoreQ <= nq; i += kScoreQ)
-            scores_rows<kScoreQ>(qs + i * hd, hd, kt + j, n_kt, s + i * n_kt + j);
+            scores_rows<kScoreQ>(qs + i * hd, hd, kt + j, ld_kt, s + i * ld_s + j, ld_s);
         const float* qr = qs + i * hd;
-        float* sr = s + i * n_kt + j;
+        float* sr = s + i * ld_s + j;
         switch (nq - i) {
-            case 5: scores_rows<5>(qr, hd, kt + j, n_kt, sr); break;
-            case 4: scores_rows<4>(qr, hd, kt + j, n_kt, sr); break;
-            case 3: scores_rows<3>(qr, hd, kt + j, n_kt, sr); break;
-            case 2: scores_rows<2>(qr, hd, kt + j, n_kt, sr); break;
-            case 1: scores_rows<1>(qr, hd, kt + j, n_kt, sr); break;
+            case 5: scores_rows<5>(qr, hd, kt + j, ld_kt, sr, ld_s); break;
+            case 4: scores_rows<4>(qr, hd, kt + j, ld_kt, sr, ld_s); break;
+            case 3: scores_rows<3>(qr, hd, kt + j, ld_kt, sr, ld_s); break;
+            case 2: scores_rows<2>(qr, hd, kt + j, ld_kt, sr, ld_s); break;
+            case 1: scores_rows<1>(qr, hd, kt + j, ld_kt, sr, ld_s); break;
             default: break;
         }
     }

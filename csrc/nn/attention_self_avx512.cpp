@@ -16,13 +16,14 @@ namespace {
 constexpr int kQ = 6;  // queries per register tile
 
 template <int Q>
-void scores_tile(const float* qs, int64_t hd, const float* kt, int64_t n_kt, float* s) {
+void scores_tile(const float* qs, int64_t hd, const float* kt, int64_t ld_kt, float* s,
+                 int64_t ld_s) {
     __m512 acc[Q][4];
 #pragma GCC unroll 6
     for (int i = 0; i < Q; ++i)
         for (int u = 0; u < 4; ++u) acc[i][u] = _mm512_setzero_ps();
     for (int64_t c = 0; c < hd; ++c) {
-        const float* kc = kt + c * n_kt;
+        const float* kc = kt + c * ld_kt;
         const __m512 k0 = _mm512_loadu_ps(kc), k1 = _mm512_loadu_ps(kc + 16),
                      k2 = _mm512_loadu_ps(kc + 32), k3 = _mm512_loadu_ps(kc + 48);
 #pragma GCC unroll 6
@@ -36,29 +37,29 @@ void scores_tile(const float* qs, int64_t hd, const float* kt, int64_t n_kt, flo
     }
 #pragma GCC unroll 6
     for (int i = 0; i < Q; ++i)
-        for (int u = 0; u < 4; ++u) _mm512_storeu_ps(s + i * n_kt + 16 * u, acc[i][u]);
+        for (int u = 0; u < 4; ++u) _mm512_storeu_ps(s + i * ld_s + 16 * u, acc[i][u]);
 }
 
 // Key tile by key tile, every query of the call against it: the tile's kt columns (hd x 64
 // floats) are read from L2 once per call instead of once per query tile.
-void scores_avx512(const float* qs, int64_t nq, int64_t hd, const float* kt, int64_t n_kt,
-                   float* s) {
+void scores_avx512(const float* qs, int64_t nq, int64_t hd, const float* kt, int64_t ld_kt,
+                   int64_t n_kt, float* s, int64_t ld_s) {
     if (n_kt % kKeyPad != 0) {
-        scores_generic(qs, nq, hd, kt, n_kt, s);
+        scores_generic(qs, nq, hd, kt, ld_kt, n_kt, s, ld_s);
         return;
     }
     for (int64_t j = 0; j < n_kt; j += kKeyPad) {
         int64_t i = 0;
         for (; i + kQ <= nq; i += kQ)
-            scores_tile<kQ>(qs + i * hd, hd, kt + j, n_kt, s + i * n_kt + j);
+            scores_tile<kQ>(qs + i * hd, hd, kt + j, ld_kt, s + i * ld_s + j, ld_s);
         const float* qr = qs + i * hd;
-        float* sr = s + i * n_kt + j;
+        float* sr = s + i * ld_s + j;
         switch (nq - i) {
-            case 5: scores_tile<5>(qr, hd, kt + j, n_kt, sr); break;
-            case 4: scores_tile<4>(qr, hd, kt + j, n_kt, sr); break;
-            case 3: scores_tile<3>(qr, hd, kt + j, n_kt, sr); break;
-            case 2: scores_tile<2>(qr, hd, kt + j, n_kt, sr); break;
-            case 1: scores_tile<1>(qr, hd, kt + j, n_kt, sr); break;
+            case 5: scores_tile<5>(qr, hd, kt + j, ld_kt, sr, ld_s); break;
+            case 4: scores_tile<4>(qr, hd, kt + j, ld_kt, sr, ld_s); break;
+            case 3: scores_tile<3>(qr, hd, kt + j, ld_kt, sr, ld_s); break;
+            case 2: scores_tile<2>(qr, hd, kt + j, ld_kt, sr, ld_s); break;
+            case 1: scores_tile<1>(qr, hd, kt + j, ld_kt, sr, ld_s); break;
             default: break;
         }
     }

@@ -15,6 +15,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -174,6 +176,43 @@ TEST(f32_negative_control_dropped_tail) {
         std::printf("  f32 %-12s dropped tail: diff / bar = %.3g\n", name.c_str(), diff / bar);
         CHECK(diff > 10 * bar);
     }
+}
+
+// f32_rows is f32 row by row, bit for bit, in every variant: at head widths (64), lengths
+// with vector and scalar tails, and row counts around the 16- and 8-row blocks. The control
+// swaps two rows of the matrix: their sums must trade places (the check sees row order).
+TEST(f32_rows_equal_f32_row_by_row) {
+    rng().seed(7);
+    for (const std::string& name : dot::available_variants()) {
+        const dot::Kernels& k = dot::variant(name);
+        for (int64_t n : {64, 1, 7, 8, 15, 17, 100, 1500}) {
+            for (int64_t n_rows : {1, 7, 8, 16, 17, 33}) {
+                const int64_t ld = n + 3;
+                const std::vector<float> a = random_floats(n);
+                std::vector<float> m = random_floats(ld * n_rows);
+                std::vector<float> got(static_cast<size_t>(n_rows));
+                k.f32_rows(a.data(), m.data(), ld, n_rows, n, got.data());
+                bool same = true;
+                for (int64_t j = 0; j < n_rows; ++j) {
+                    const float want = k.f32(a.data(), m.data() + j * ld, n);
+                    same = same && std::memcmp(&want, &got[size_t(j)], sizeof(float)) == 0;
+                }
+                CHECK_MSG(same, name + " n=" + std::to_string(n) + " rows=" +
+                                    std::to_string(n_rows));
+                if (n_rows > 1 && n > 1) {   // control: rows 0 and last swapped
+                    for (int64_t c = 0; c < n; ++c)
+                        std::swap(m[size_t(c)], m[size_t((n_rows - 1) * ld + c)]);
+                    std::vector<float> swapped(static_cast<size_t>(n_rows));
+                    k.f32_rows(a.data(), m.data(), ld, n_rows, n, swapped.data());
+                    CHECK(swapped[0] == got[size_t(n_rows - 1)] &&
+                          swapped[size_t(n_rows - 1)] == got[0] && got[0] != swapped[0]);
+                }
+            }
+        }
+    }
+    std::vector<float> out(1);
+    CHECK_THROWS_AS(dasllama::cpu::dot_f32_rows(nullptr, nullptr, 4, 1, 8, out.data()),
+                    dasllama::ShapeError);
 }
 
 TEST(q8_0_variants_match_generic) {

@@ -30,7 +30,8 @@ OURS = "dasllama"
 NOISE_CV = 0.03          # a cell above this cv is run once more, then marked noisy
 # Environment variables that change what dasllama or its peer does; a record keeps those set.
 ENV_KNOBS = ("DASLLAMA_CPU_ISA", "DASLLAMA_TUNING", "DASLLAMA_LOG", "DASLLAMA_LLAMA_CPP_PYTHON",
-             "OMP_NUM_THREADS", "GGML_NTHREADS", "VK_ICD_FILENAMES", "MESA_VK_DEVICE_SELECT")
+             "OMP_NUM_THREADS", "GGML_NTHREADS", "VK_ICD_FILENAMES", "MESA_VK_DEVICE_SELECT",
+             "CT2_FORCE_CPU_ISA")
 # ... and every variable with one of these prefixes: dasllama's seat switches, llama.cpp's
 # Vulkan knobs (GGML_VK_VISIBLE_DEVICES, GGML_VK_DISABLE_COOPMAT, ...).
 ENV_KNOB_PREFIXES = ("DASLLAMA_SEAT_", "GGML_VK_")
