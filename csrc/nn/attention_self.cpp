@@ -69,11 +69,11 @@ using self_attn::kKeyPad;
 using self_attn::kQueryBlock;
 
 // One (head, query block) task: scores, softmax rows, weighted sum by key blocks.
-// kt: the head's keys transposed (rows ld_t apart); vh: its value rows, packed (ld_vh apart).
+// kt: the head's keys transposed (rows ld_t apart); vh: its value rows, packed (hd apart).
 void attend_block(const self_attn::Kernels& kern, const float* q, int64_t ld, int64_t n,
                   int64_t hd, int64_t h, int64_t i0, int64_t nq, float scale, const float* kt,
-                  const float* vh, int64_t ld_vh, int64_t n_kt, int64_t ld_t, float* out,
-                  int64_t ld_out, std::vector<float>& buf) {
+                  const float* vh, int64_t n_kt, int64_t ld_t, float* out, int64_t ld_out,
+                  std::vector<float>& buf) {
     buf.resize(size_t(kQueryBlock * (ld_t + 2 * hd)));
     float* s = buf.data();
     float* qs = s + kQueryBlock * ld_t;
@@ -84,8 +84,8 @@ void attend_block(const self_attn::Kernels& kern, const float* q, int64_t ld, in
     for (int64_t i = 0; i < nq; ++i) softmax_row(s + i * ld_t, n);
     std::fill(tot, tot + nq * hd, 0.0f);
     for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock)
-        kern.weighted_sum(s + j0, ld_t, nq, vh + j0 * ld_vh, ld_vh, std::min(kKeyBlock, n - j0),
-                          hd, tot);
+        kern.weighted_sum(s + j0, ld_t, nq, vh + j0 * hd, hd, std::min(kKeyBlock, n - j0), hd,
+                          tot);
     for (int64_t i = 0; i < nq; ++i)
         std::copy(tot + i * hd, tot + (i + 1) * hd, out + (i0 + i) * ld_out + h * hd);
 }
@@ -99,22 +99,21 @@ void run(const self_attn::Kernels& kern, const float* q, const float* k, const f
                          ", ld " + std::to_string(ld) + ", ld_out " + std::to_string(ld_out));
     const int64_t n_kt = (n + kKeyPad - 1) / kKeyPad * kKeyPad;
     const int64_t ld_t = n_kt + self_attn::kRowSkew;   // transposed keys' and scores' rows
-    const int64_t ld_vh = hd;   // packed value rows: a key block's values are contiguous
     sc.kt.resize(size_t(n_head * hd * ld_t));
-    sc.vh.resize(size_t(n_head * n * ld_vh));
+    sc.vh.resize(size_t(n_head * n * hd));   // a key block's values contiguous
     if (int64_t(sc.shares.size()) < pool.size()) sc.shares.resize(size_t(pool.size()));
     // K_h^T and V_h per head; the padding columns of K_h^T stay zero.
     pool.run([&](int t, int nt) {
         for (int64_t h = t; h < n_head; h += nt) {
             float* kh = sc.kt.data() + h * hd * ld_t;
-            float* vh = sc.vh.data() + h * n * ld_vh;
+            float* vh = sc.vh.data() + h * n * hd;
             for (int64_t c = 0; c < hd; ++c)
                 std::fill(kh + c * ld_t + n, kh + c * ld_t + n_kt, 0.0f);
             for (int64_t j = 0; j < n; ++j) {
                 const float* kr = k + j * ld + h * hd;
                 for (int64_t c = 0; c < hd; ++c) kh[c * ld_t + j] = kr[c];
                 const float* vr = v + j * ld + h * hd;
-                std::copy(vr, vr + hd, vh + j * ld_vh);
+                std::copy(vr, vr + hd, vh + j * hd);
             }
         }
     });
@@ -126,8 +125,8 @@ void run(const self_attn::Kernels& kern, const float* q, const float* k, const f
             // head-major: the threads share one head's keys and values in cache at a time
             const int64_t h = task / n_blocks, i0 = (task % n_blocks) * kQueryBlock;
             attend_block(kern, q, ld, n, hd, h, i0, std::min(kQueryBlock, n - i0), scale,
-                         sc.kt.data() + h * hd * ld_t, sc.vh.data() + h * n * ld_vh, ld_vh,
-                         n_kt, ld_t, out, ld_out, sc.shares[size_t(t)]);
+                         sc.kt.data() + h * hd * ld_t, sc.vh.data() + h * n * hd, n_kt, ld_t,
+                         out, ld_out, sc.shares[size_t(t)]);
         }
     });
 }
