@@ -74,3 +74,28 @@ def test_matvec_sub_strides_over_row_groups(gpu, fmt, prefix):  # noqa: F811
     assert m["untouched_ok"], "the kernel wrote outside its outputs"
     assert m["err"] < BAR
     assert m["err_drop"] > 10 * BAR
+
+
+PREFIX = {"matvec": "matvec_", "tall": "matvec_tall_", "sub": "matvec_sub_", "sub2": "matvec_sub2_",
+          "sub4": "matvec_sub4_", "split4": "matvec_split4_"}
+PER_GROUP = {"matvec": MATVEC_ROWS, "tall": TALL_ROWS, "sub": SUB_ROWS, "sub2": SUB2_ROWS,
+             "sub4": SUB4_ROWS, "split4": SPLIT4_ROWS}
+
+
+@pytest.mark.parametrize("n_tok", [1, 2])
+@pytest.mark.parametrize("form", ("matvec", "tall") + SUB_FORMS)
+def test_q8_0g_groups_straddle_rows(gpu, form, n_tok):  # noqa: F811
+    """Q8_0G rows of 20 blocks (Gemma-3's 640 columns): every other group of 8 blocks straddles
+    two rows, and the decoder finds a block's group from its place in the buffer, not in its
+    row. 66 rows hold 1320 blocks, whole groups, as the host requires."""
+    rows, cols = 66, 640
+    stamp = PREFIX[form] + "q8_0g"
+    seed = zlib.crc32(f"q8_0g straddle {form} {n_tok}".encode())
+    m = run_weight_product(gpu, stamp, "Q8_0G", rows, cols, n_tok, False,
+                           (ceil_div(rows, PER_GROUP[form]), 1, 1), seed,
+                           x_align=4 if form in SUB_FORMS else 1)
+    print(f"{stamp} rows={rows} cols={cols} n_tok={n_tok}: rel-l2 {m['err']:.3g}, last block "
+          f"dropped {m['err_drop']:.3g}")
+    assert m["untouched_ok"], "the kernel wrote outside its outputs"
+    assert m["err"] < BAR
+    assert m["err_drop"] > 10 * BAR
