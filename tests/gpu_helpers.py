@@ -17,12 +17,8 @@ from parity import rel_l2  # noqa: F401  (re-exported for the kernel tests)
 
 SPEC = os.environ.get("DASLLAMA_TEST_VULKAN", "vulkan:llvmpipe")
 
-# ggml's names of the weight formats the kernels read, and their stamp suffixes; Q8_0G is Q8_0
-# as the device holds it regrouped (shaders/gk/formats.h, csrc/gpu/matrix.cpp).
-WEIGHT_FORMATS = ("F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_0G", "Q4_K", "Q5_K",
-                  "Q6_K")
-# Q8_0 blocks of one q8_0g group (GK_Q8G_BLOCKS).
-Q8G_BLOCKS = 8
+# ggml's names of the weight formats the kernels read, and their stamp suffixes.
+WEIGHT_FORMATS = ("F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 
 
 def in_ci() -> bool:
@@ -92,36 +88,21 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def group_q8_0(raw) -> np.ndarray:
-    """GGUF Q8_0 bytes regrouped as the q8_0g stamps read them, written from the layout's
-    definition in shaders/gk/formats.h: each run of 8 blocks becomes their 8 float16 scales,
-    then their 8 x 32 quants."""
-    blocks = np.frombuffer(bytes(raw), np.uint8).reshape(-1, Q8G_BLOCKS, 34)
-    scales = blocks[:, :, :2].reshape(len(blocks), -1)
-    quants = blocks[:, :, 2:].reshape(len(blocks), -1)
-    return np.concatenate([scales, quants], axis=1).reshape(-1)
-
-
 def random_weights(fmt: str, rows: int, cols: int, rng: np.random.Generator):
-    """(raw bytes as the kernels read them, their float64 dequantization (rows, cols)) of random
-    normal weights, quantized by the C++ quantizer and decoded by the NumPy reference (Q8_0G:
-    Q8_0's, regrouped; its rows must hold whole groups together)."""
+    """(raw GGUF bytes, their float64 dequantization (rows, cols)) of random normal weights,
+    quantized by the C++ quantizer and decoded by the NumPy reference."""
     from dasllama import formats
     from dasllama.reference import quants
-    base = "Q8_0" if fmt == "Q8_0G" else fmt
     x = rng.standard_normal(rows * cols).astype(np.float32)
-    raw = formats.quantize(base, x)
-    dense = quants.dequantize(base, raw, rows * cols).reshape(rows, cols).astype(np.float64)
-    if fmt == "Q8_0G":
-        assert rows * cols % (32 * Q8G_BLOCKS) == 0, "q8_0g weights fill whole groups"
-        raw = group_q8_0(raw)
+    raw = formats.quantize(fmt, x)
+    dense = quants.dequantize(fmt, raw, rows * cols).reshape(rows, cols).astype(np.float64)
     return raw, dense
 
 
 def block_elems(fmt: str) -> int:
     """Elements per block as the kernels see it: F32/F16 rows are read in units of 16."""
     from dasllama.reference import quants
-    return max(quants.BLOCK["Q8_0" if fmt == "Q8_0G" else fmt][0], 16)
+    return max(quants.BLOCK[fmt][0], 16)
 
 
 def drop_last_block(dense: np.ndarray, fmt: str) -> np.ndarray:
@@ -139,10 +120,7 @@ def product_cols(fmt: str) -> tuple:
     """Column counts of the product tests: several blocks; for F32/F16 an odd width (a ragged
     tail, rows off word boundaries) and a multiple of 8 (rows 16-byte aligned: the wide-load
     path); for the block formats a narrow row (one subgroup a row in matvec) and one past
-    matvec's 2048-column chunk (one thread a unit, two chunks); Q8_0G rows of whole groups, so
-    that any row count fills them (test_gpu_matvec.py has groups straddling rows)."""
-    if fmt == "Q8_0G":
-        return (256, 2304)
+    matvec's 2048-column chunk (one thread a unit, two chunks)."""
     bs = block_elems(fmt)
     return {16: (101, 200), 32: (96, 2080), 256: (768, 2304)}[bs]
 

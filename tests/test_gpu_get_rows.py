@@ -25,9 +25,7 @@ NEG_BAR = 0.1
 
 
 def _cols(fmt):
-    # F32/F16: an odd width (a ragged last unit); blocks: three of them (Q8_0G: one group).
-    if fmt == "Q8_0G":
-        return 256
+    # F32/F16: an odd width (a ragged last unit); blocks: three of them.
     return {16: 37, 32: 96, 256: 768}[block_elems(fmt)]
 
 

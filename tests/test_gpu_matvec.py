@@ -78,14 +78,3 @@ def test_matvec_sub_strides_over_row_groups(gpu, fmt, prefix):  # noqa: F811
     assert m["untouched_ok"], "the kernel wrote outside its outputs"
     assert m["err"] < BAR
     assert m["err_drop"] > 10 * BAR
-
-
-@pytest.mark.parametrize("n_tok", [1, 2])
-@pytest.mark.parametrize("form", ("matvec", "tall") + SUB_FORMS)
-def test_q8_0g_groups_straddle_rows(gpu, form, n_tok):  # noqa: F811
-    """Q8_0G rows of 20 blocks (Gemma-3's 640 columns): every other group of 8 blocks straddles
-    two rows, and the decoder finds a block's group from its place in the buffer, not in its
-    row. 66 rows hold 1320 blocks, whole groups, as the host requires."""
-    rows, cols = 66, 640
-    seed = zlib.crc32(f"q8_0g straddle {form} {n_tok}".encode())
-    _check_product(gpu, PREFIX[form] + "q8_0g", form, "Q8_0G", rows, cols, n_tok, False, seed)

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
-#include <cstring>
-#include <numeric>
 
 #include "core/errors.h"
 #include "core/tuning.h"
@@ -88,20 +86,6 @@ const tuning::Knob& kCoopmatLargeMinCols = tuning::define(
 const tuning::Knob& kCoopmatLargeFillGroups = tuning::define(
     "vulkan.project.coopmat_large_fill_groups", 128, 1, int64_t(1) << 20,
     "workgroups a staged prefill product's 128 x 128 tile must make to be chosen");
-
-// Whether Q8_0 matrices go to the device regrouped (q8_0g, shaders/gk/formats.h: the scales of
-// each 8 blocks, then their quants), so that a kernel reads a unit's quants in one aligned
-// 16-byte load instead of five words and a funnel shift (a Q8_0 block is 34 bytes: its quants
-// sit 2 bytes past a word). Only matrices whose blocks fill whole groups are regrouped.
-const tuning::Knob& kQ8Grouped = tuning::define(
-    "vulkan.matrix.q8_0_grouped", 1, 0, 1,
-    "1: Q8_0 matrices uploaded regrouped for 16-byte loads (the q8_0g stamps)");
-// Q8_0 blocks a q8_0g group holds (GK_Q8G_BLOCKS), a block's bytes and a group's.
-constexpr int64_t kQ8GroupBlocks = 8;
-constexpr int64_t kQ8BlockBytes = 34;
-constexpr int64_t kQ8GroupBytes = 272;
-// Bytes of GGUF rows regrouped on the host at a time (a staging copy, not the whole matrix).
-constexpr int64_t kRegroupChunkBytes = int64_t(8) << 20;
 
 // Rows from which decode projections take the tall matrix-vector stamps: where staging the
 // token row once per workgroup of GK_MATVEC_ROWS rows costs more than the rows' own reads.
@@ -315,17 +299,6 @@ std::string device_format(const TypeTraits& type) {
     return "";
 }
 
-void group_q8_0(const uint8_t* src, uint8_t* dst, int64_t n_blocks) {
-    for (int64_t g = 0; g < n_blocks / kQ8GroupBlocks; ++g) {
-        uint8_t* out = dst + g * kQ8GroupBytes;
-        for (int64_t j = 0; j < kQ8GroupBlocks; ++j) {
-            const uint8_t* blk = src + (g * kQ8GroupBlocks + j) * kQ8BlockBytes;
-            std::memcpy(out + 2 * j, blk, 2);
-            std::memcpy(out + 2 * kQ8GroupBlocks + 32 * j, blk + 2, 32);
-        }
-    }
-}
-
 DeviceMatrix upload_matrix(Device& dev, const TypeTraits& type, int64_t cols,
                            std::initializer_list<HostRows> parts, const char* label,
                            uint64_t& bytes) {
@@ -336,54 +309,24 @@ DeviceMatrix upload_matrix(Device& dev, const TypeTraits& type, int64_t cols,
     d.cols = cols;
     d.row_bytes = cols / type.block_size * type.type_size;
     for (const HostRows& p : parts) d.rows += p.rows;
-    // Regrouped Q8_0: every split, and every staged chunk of one, must start on a group, so
-    // they hold multiples of `step` rows.
-    const int64_t row_blocks = cols / type.block_size;
-    const int64_t step = kQ8GroupBlocks / std::gcd(row_blocks, kQ8GroupBlocks);
-    const bool grouped = d.format == "q8_0" && kQ8Grouped.get() != 0 && d.rows % step == 0;
-    if (grouped) d.format = "q8_0g";
     const uint64_t range = dev.info().max_storage_range;
-    int64_t per_split = std::max<int64_t>(
+    const int64_t per_split = std::max<int64_t>(
         1, int64_t(std::min<uint64_t>(range, uint64_t(1) << 40) / uint64_t(d.row_bytes)));
-    if (grouped) per_split = std::max(step, per_split / step * step);
-    // Copies the matrix's rows [lo, hi) into dst (host memory, GGUF order) or, with dst null,
-    // uploads them straight into `buf` from row r0 on.
-    auto rows_to = [&](uint8_t* dst, Buffer* buf, int64_t r0, int64_t lo, int64_t hi) {
-        int64_t part_row0 = 0;
-        for (const HostRows& p : parts) {
-            const int64_t a = std::max(lo, part_row0);
-            const int64_t b = std::min(hi, part_row0 + p.rows);
-            if (a < b) {
-                const uint8_t* src = p.data + (a - part_row0) * d.row_bytes;
-                const size_t n = size_t((b - a) * d.row_bytes);
-                if (dst)
-                    std::memcpy(dst + (a - lo) * d.row_bytes, src, n);
-                else
-                    dev.upload(*buf, size_t((a - r0) * d.row_bytes), src, n);
-            }
-            part_row0 += p.rows;
-        }
-    };
-    const int64_t chunk_rows =
-        std::max(step, kRegroupChunkBytes / d.row_bytes / step * step);
-    std::vector<uint8_t> gguf, regrouped;
     for (int64_t r0 = 0; r0 < d.rows; r0 += per_split) {
         DeviceMatrix::Split s;
         s.row0 = r0;
         s.rows = std::min(per_split, d.rows - r0);
         s.buffer = dev.alloc(round_up4(size_t(s.rows * d.row_bytes)), label);
-        if (!grouped) {
-            rows_to(nullptr, s.buffer.get(), r0, r0, r0 + s.rows);
-        } else {
-            for (int64_t c0 = r0; c0 < r0 + s.rows; c0 += chunk_rows) {
-                const int64_t c1 = std::min(c0 + chunk_rows, r0 + s.rows);
-                const size_t n = size_t((c1 - c0) * d.row_bytes);
-                gguf.resize(n);
-                regrouped.resize(n);
-                rows_to(gguf.data(), nullptr, r0, c0, c1);
-                group_q8_0(gguf.data(), regrouped.data(), (c1 - c0) * row_blocks);
-                dev.upload(*s.buffer, size_t((c0 - r0) * d.row_bytes), regrouped.data(), n);
-            }
+        // Copy the stretch of each part that falls in [r0, r0 + rows).
+        int64_t part_row0 = 0;
+        for (const HostRows& p : parts) {
+            const int64_t lo = std::max(r0, part_row0);
+            const int64_t hi = std::min(r0 + s.rows, part_row0 + p.rows);
+            if (lo < hi)
+                dev.upload(*s.buffer, size_t((lo - r0) * d.row_bytes),
+                           p.data + (lo - part_row0) * d.row_bytes,
+                           size_t((hi - lo) * d.row_bytes));
+            part_row0 += p.rows;
         }
         bytes += uint64_t(s.rows * d.row_bytes);
         d.splits.push_back(std::move(s));

@@ -1,6 +1,5 @@
 // Weight matrices resident on a GPU and the products against them, for every model: a matrix
-// is kept as its raw GGUF blocks (the kernels decode them in place; Q8_0's regrouped for
-// 16-byte loads, the same bytes in another order), split by rows into several
+// is kept as its raw GGUF blocks (the kernels decode them in place), split by rows into several
 // buffers where one storage binding cannot address it all (lavapipe stops at 128 MiB; a
 // 262k-token embedding is larger), and projected with the matvec stamps (a few token rows) or
 // the tiled matmul stamps (many), one dispatch per split.
@@ -22,7 +21,7 @@ struct DeviceMatrix {
         std::unique_ptr<Buffer> buffer;
         int64_t row0 = 0, rows = 0;
     };
-    std::string format;  // stamp suffix: "q4_0", "q6_k", "f16", "q8_0g" (regrouped Q8_0), ...
+    std::string format;  // stamp suffix: "q4_0", "q6_k", "f16", ...
     int64_t rows = 0, cols = 0, row_bytes = 0;
     std::vector<Split> splits;
     bool empty() const { return splits.empty(); }
@@ -37,16 +36,9 @@ struct HostRows {
     int64_t rows;
 };
 
-// GGUF Q8_0 blocks regrouped as the q8_0g kernels read them (shaders/gk/formats.h): each run of
-// 8 blocks becomes their 8 scales, then their 8 x 32 quants; same size. n_blocks is a multiple
-// of 8.
-void group_q8_0(const uint8_t* src, uint8_t* dst, int64_t n_blocks);
-
 // Uploads the row-wise concatenation of `parts` (all of `type`, `cols` wide): one matrix, as
-// many splits as the device's storage range needs; Q8_0 regrouped as q8_0g (its format then
-// says so) where its blocks fill whole groups and the knob vulkan.matrix.q8_0_grouped is on.
-// Adds the bytes uploaded to `bytes`. Throws Error for a format without kernels, DeviceError
-// when memory runs out.
+// many splits as the device's storage range needs. Adds the bytes uploaded to `bytes`. Throws
+// Error for a format without kernels, DeviceError when memory runs out.
 DeviceMatrix upload_matrix(Device& dev, const TypeTraits& type, int64_t cols,
                            std::initializer_list<HostRows> parts, const char* label,
                            uint64_t& bytes);

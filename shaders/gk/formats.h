@@ -205,63 +205,26 @@ GK_INLINE float gk_small_uint_to_float(uint u, float bias) {
         } \
     }
 
-#elif defined(GK_FMT_Q8_0) || defined(GK_FMT_Q8_0G)
+#elif defined(GK_FMT_Q8_0)
 // [0:2] d, [2:34] 32 x int8.  y = q * d   (q ^ 0x80 is q + 128 as an unsigned byte)
+// Read in place. Regrouping the blocks on upload so that a unit's quants are one aligned
+// 16-byte load (each 8 blocks' scales, then their quants) was measured on an H100 and not
+// kept: decode products moved under 5% either way (a 1B's 16384 x 2048 gate/up 30.2 against
+// 30.6 us, its four-row split products 3-5% slower, Gemma-3's tall head 151 against 158 us;
+// the decode steps level), a 1B pp512 2% faster.
 #define GK_FMT_BS 32u
 #define GK_FMT_BYTES 34u
 #define GK_FMT_RAGGED 0
-// w[0..15] = the sixteen int8 quants in the words q[0..3], times d.
-#define GK_Q8_VALUES(w, q, d) \
-    GK_UNROLL for (uint gk_i_ = 0u; gk_i_ < 16u; ++gk_i_) { \
-        uint gk_v_ = ((q[gk_i_ >> 2u] >> ((gk_i_ & 3u) * 8u)) & 0xFFu) ^ 0x80u; \
-        w[gk_i_] = gk_small_uint_to_float(gk_v_, 128.0f) * d; \
-    }
-#if defined(GK_FMT_Q8_0)
 #define GK_DECODE16(w, buf, blk_b, p, n_valid) \
     { \
         float gk_d_ = GK_F16_A2(buf, blk_b); \
         uint gk_q_[4]; \
         GK_LOAD16_A2(gk_q_, buf, (blk_b) + 2u + 16u * (p)) \
-        GK_Q8_VALUES(w, gk_q_, gk_d_) \
+        GK_UNROLL for (uint gk_i_ = 0u; gk_i_ < 16u; ++gk_i_) { \
+            uint gk_v_ = ((gk_q_[gk_i_ >> 2u] >> ((gk_i_ & 3u) * 8u)) & 0xFFu) ^ 0x80u; \
+            w[gk_i_] = gk_small_uint_to_float(gk_v_, 128.0f) * gk_d_; \
+        } \
     }
-#else
-// Q8_0G: Q8_0 regrouped when a GPU takes it (csrc/gpu/matrix.cpp, q8_0_grouped), so that a
-// unit's quants are one aligned 16-byte load instead of five words and a funnel shift. Each run
-// of GK_Q8G_BLOCKS consecutive blocks of a buffer (272 bytes, a multiple of 16) holds their
-// scales (16 bytes), then their quants (32 bytes a block). The size is Q8_0's, and kernels
-// address blocks as for Q8_0 (block B at byte 34 B, rows included: a group may straddle two
-// rows); the decoder maps B to its group. Only buffers of whole groups are regrouped.
-#define GK_Q8G_BLOCKS 8u
-#define GK_Q8G_GROUP_BYTES 272u
-#define GK_Q8G_GROUP_B(blk_b) (((blk_b) / 34u) / GK_Q8G_BLOCKS * GK_Q8G_GROUP_BYTES)
-#define GK_Q8G_SLOT(blk_b) (((blk_b) / 34u) % GK_Q8G_BLOCKS)
-#define GK_Q8G_QUANTS_B(g, j, p) ((g) + 16u + 32u * (j) + 16u * (p))
-#define GK_DECODE16(w, buf, blk_b, p, n_valid) \
-    { \
-        uint gk_g_ = GK_Q8G_GROUP_B(blk_b); \
-        uint gk_j_ = GK_Q8G_SLOT(blk_b); \
-        float gk_d_ = GK_F16_A2(buf, gk_g_ + 2u * gk_j_); \
-        uint gk_q_[4]; \
-        GK_LOAD16_A4(gk_q_, buf, GK_Q8G_QUANTS_B(gk_g_, gk_j_, p)) \
-        GK_Q8_VALUES(w, gk_q_, gk_d_) \
-    }
-// From the 16-byte view: the group's scales and the unit's quants in one load each (a
-// subgroup's lanes on one group read the same scales).
-#define GK_FMT_HAS_WIDE 1
-#define GK_DECODE16_WIDE(wout, buf4, blk_b, p) \
-    { \
-        uint gk_g_ = GK_Q8G_GROUP_B(blk_b); \
-        uint gk_j_ = GK_Q8G_SLOT(blk_b); \
-        uint4 gk_s4_ = buf4[gk_g_ >> 4u]; \
-        uint gk_sw_ = gk_j_ < 4u ? (gk_j_ < 2u ? gk_s4_.x : gk_s4_.y) \
-                                 : (gk_j_ < 6u ? gk_s4_.z : gk_s4_.w); \
-        float gk_d_ = gk_unpack_half2(gk_sw_ >> (16u * (gk_j_ & 1u))).x; \
-        uint4 gk_q4_ = buf4[GK_Q8G_QUANTS_B(gk_g_, gk_j_, p) >> 4u]; \
-        uint gk_q_[4]; \
-        gk_q_[0] = gk_q4_.x; gk_q_[1] = gk_q4_.y; gk_q_[2] = gk_q4_.z; gk_q_[3] = gk_q4_.w; \
-        GK_Q8_VALUES(wout, gk_q_, gk_d_) \
-    }
-#endif
 
 #elif defined(GK_FMT_Q4_K) || defined(GK_FMT_Q5_K)
 // Q4_K: [0:2] d, [2:4] dmin, [4:16] 8 packed 6-bit scales and mins, [16:144] qs.

@@ -11,9 +11,8 @@
 // chunk it first copies x into workgroup memory (consecutive threads, consecutive words: one
 // coalesced read), then each thread decodes its 16-element unit of each row in registers and
 // multiplies it with x from workgroup memory. Block formats give thread i unit i of the chunk
-// (a unit's bytes are contiguous, and neighbouring threads read neighbouring bytes); Q4_K, Q5_K
-// and Q8_0G (Q8_0 regrouped on upload) read their units with 16-byte loads (GK_DECODE16_WIDE),
-// the others in words. F32 and F16
+// (a unit's bytes are contiguous, and neighbouring threads read neighbouring bytes); Q4_K and
+// Q5_K read their units with 16-byte loads (GK_DECODE16_WIDE), the others in words. F32 and F16
 // rows that start 16-byte aligned give thread i the 16-byte pieces i, i + WG, ... of the chunk,
 // other widths the elements i, i + WG, ...: every load instruction reads consecutive memory.
 // 16-byte loads matter on GPUs such as the H200 (F16 rows streamed 2.5x faster than with word

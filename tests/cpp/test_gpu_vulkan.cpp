@@ -1,6 +1,6 @@
 // The Vulkan home on lavapipe (or the first device when lavapipe is absent), under the
 // validation layer: transfers, the self-test stamp, re-submission, profiling, a destroyed
-// buffer, the errors, and Q8_0 matrices regrouped on upload. Without a Vulkan device it passes, saying why, unless CI is set.
+// buffer, and the errors. Without a Vulkan device it passes, saying why, unless CI is set.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -9,11 +9,8 @@
 
 #include "check.h"
 #include "core/errors.h"
-#include "core/formats.h"
-#include "core/tuning.h"
 #include "gk_args.h"
 #include "gpu/device.h"
-#include "gpu/matrix.h"
 #if DASLLAMA_VULKAN
 #include "gpu/vulkan/vk_device.h"
 #include "gpu/vulkan/vk_encoder.h"
@@ -224,57 +221,4 @@ TEST(validation_layer_is_quiet_and_bites) {
     CHECK_MSG(after.errors.size() > before.errors.size(),
               "the layer missed a dispatch without a pipeline");
 #endif
-}
-
-// upload_matrix regroups Q8_0 as the q8_0g stamps read it (shaders/gk/formats.h): each run of 8
-// blocks of the buffer holds their scales, then their quants. The expected bytes are placed by
-// hand from that definition; a matrix over the 8 MiB staging chunk, in two parts, with rows of
-// 20 blocks (groups straddle rows) covers the chunking and the parts. Controls: with the knob
-// off, and for rows that leave a partial group, the GGUF bytes arrive unchanged as "q8_0".
-TEST(q8_0_regrouped_on_upload) {
-    if (skip("q8_0_regrouped_on_upload")) return;
-    auto dev = lavapipe_or_any();
-    const TypeTraits& q8 = *type_traits(uint32_t(GgmlType::Q8_0));
-    const int64_t cols = 640, row_bytes = 680, rows = 12346;   // 12346 x 20 blocks: whole groups
-    std::vector<uint8_t> gguf(size_t(rows * row_bytes));
-    for (size_t i = 0; i < gguf.size(); ++i) gguf[i] = uint8_t((i * 2654435761u) >> 13);
-    const int64_t first = 4001;  // the first part's rows
-    auto upload = [&](int64_t n_rows) {
-        uint64_t bytes = 0;
-        DeviceMatrix m = upload_matrix(*dev, q8, cols,
-                                       {{gguf.data(), std::min(first, n_rows)},
-                                        {gguf.data() + first * row_bytes, n_rows - first}},
-                                       "q8 regroup", bytes);
-        CHECK(bytes == uint64_t(n_rows * row_bytes));
-        std::vector<uint8_t> back;
-        for (const auto& s : m.splits) {
-            std::vector<uint8_t> part(size_t(s.rows * row_bytes));
-            dev->download(*s.buffer, 0, part.data(), part.size());
-            back.insert(back.end(), part.begin(), part.end());
-        }
-        return std::make_pair(m.format, back);
-    };
-    auto [format, back] = upload(rows);
-    CHECK(format == "q8_0g");
-    REQUIRE(back.size() == gguf.size());
-    size_t wrong = 0;
-    for (int64_t b = 0; b < rows * cols / 32; ++b) {
-        const uint8_t* blk = gguf.data() + b * 34;
-        const uint8_t* grp = back.data() + (b / 8) * 272;
-        const int64_t j = b % 8;
-        wrong += std::memcmp(grp + 2 * j, blk, 2) != 0;
-        wrong += std::memcmp(grp + 16 + 32 * j, blk + 2, 32) != 0;
-    }
-    CHECK_MSG(wrong == 0, std::to_string(wrong) + " fields misplaced");
-    CHECK(back != gguf);
-
-    tuning::set("vulkan.matrix.q8_0_grouped", 0);
-    auto [format_off, back_off] = upload(rows);
-    tuning::reset("vulkan.matrix.q8_0_grouped");
-    CHECK(format_off == "q8_0");
-    CHECK(back_off == gguf);
-
-    auto [format_odd, back_odd] = upload(rows - 1);   // 12345 x 20 blocks: a partial group
-    CHECK(format_odd == "q8_0");
-    CHECK(std::equal(back_odd.begin(), back_odd.end(), gguf.begin()));
 }
